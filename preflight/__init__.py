@@ -1,0 +1,3 @@
+"""preflight: is this multi-GPU node ready for a long torchrun job?"""
+
+__version__ = "0.1.0"

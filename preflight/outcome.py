@@ -1,0 +1,166 @@
+"""Verdicts: what a judge decides and what a check records.
+
+A judge is a pure function that returns a :class:`Verdict`; a check hands it to the ``record``
+fixture. Everything the report shows about a check (status, summary, code, remediation, metrics,
+evidence, views) lives on the verdict, so judges can be unit-tested without pytest.
+"""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+CODE_PATTERN = re.compile(r"^[A-Z][A-Z0-9_]*$")
+
+
+class Status(str, enum.Enum):
+    """The five ends of a check, ordered from best to worst by :attr:`rank`."""
+
+    PASS = "PASS"
+    SKIP = "SKIP"
+    WARN = "WARN"
+    ERROR = "ERROR"
+    FAIL = "FAIL"
+
+    @property
+    def rank(self) -> int:
+        """Severity used by :func:`worst`: FAIL > ERROR > WARN > SKIP > PASS."""
+        return _RANK[self]
+
+
+_RANK = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+
+
+class RunVerdict(str, enum.Enum):
+    """The one-line answer for the whole node."""
+
+    READY = "READY"
+    DEGRADED = "DEGRADED"
+    NOT_READY = "NOT READY"
+
+
+@dataclass(frozen=True, slots=True)
+class Metric:
+    """A named figure with its unit, e.g. ``Metric("busbw_peak", 231.4, "GB/s")``."""
+
+    name: str
+    value: float | int | str | bool | None
+    unit: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if isinstance(self.value, float) and not math.isfinite(self.value):
+            raise ValueError(f"metric {self.name!r} is not finite: {self.value!r}")
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form used by the report."""
+        return {"name": self.name, "value": self.value, "unit": self.unit, "labels": dict(self.labels)}
+
+
+@dataclass(frozen=True, slots=True)
+class View:
+    """Structured data the HTML shows in a dedicated way.
+
+    ``kind`` selects the template ``report/templates/views/<kind>.html.j2``; ``data`` is plain
+    JSON. Known kinds: ``table`` (``columns``: list of str, ``rows``: list of lists,
+    ``highlight``: row indices to mark), ``matrix`` and ``chart`` (see their templates).
+    """
+
+    kind: str
+    title: str
+    data: Mapping[str, Any]
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form used by the report."""
+        return {"kind": self.kind, "title": self.title, "data": dict(self.data)}
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Verdict:
+    """The decision of one check.
+
+    WARN and FAIL must carry a stable ``code`` (UPPER_SNAKE) and a ``remediation`` a person can
+    act on; SKIP carries its reason in ``summary``.
+    """
+
+    status: Status
+    summary: str
+    code: str | None = None
+    remediation: str | None = None
+    metrics: tuple[Metric, ...] = ()
+    evidence: Mapping[str, str] = field(default_factory=dict)
+    views: tuple[View, ...] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.code is not None and not CODE_PATTERN.match(self.code):
+            raise ValueError(f"verdict code must be UPPER_SNAKE: {self.code!r}")
+        if self.status in (Status.WARN, Status.FAIL) and not (self.code and self.remediation):
+            raise ValueError(f"{self.status.value} needs a code and a remediation: {self.summary!r}")
+
+    def with_extra(
+        self,
+        *,
+        metrics: Iterable[Metric] = (),
+        evidence: Mapping[str, str] | None = None,
+        views: Iterable[View] = (),
+    ) -> Verdict:
+        """A copy with more metrics, evidence or views appended."""
+        return Verdict(
+            status=self.status,
+            summary=self.summary,
+            code=self.code,
+            remediation=self.remediation,
+            metrics=self.metrics + tuple(metrics),
+            evidence={**self.evidence, **(evidence or {})},
+            views=self.views + tuple(views),
+            details=self.details,
+        )
+
+
+def passed(summary: str, **extra: Any) -> Verdict:
+    """A PASS verdict."""
+    return Verdict(status=Status.PASS, summary=summary, **extra)
+
+
+def warn(code: str, summary: str, remediation: str, **extra: Any) -> Verdict:
+    """A WARN verdict: the job will run, but something costs time or money."""
+    return Verdict(status=Status.WARN, code=code, summary=summary, remediation=remediation, **extra)
+
+
+def fail(code: str, summary: str, remediation: str, **extra: Any) -> Verdict:
+    """A FAIL verdict: the job will break or badly underperform."""
+    return Verdict(status=Status.FAIL, code=code, summary=summary, remediation=remediation, **extra)
+
+
+def skip(reason: str, **extra: Any) -> Verdict:
+    """A SKIP verdict; ``reason`` says why the check does not apply here."""
+    return Verdict(status=Status.SKIP, summary=reason, **extra)
+
+
+def error(summary: str, code: str = "CHECK_ERROR", **extra: Any) -> Verdict:
+    """An ERROR verdict: the check itself could not decide (a probe crashed or timed out)."""
+    return Verdict(status=Status.ERROR, code=code, summary=summary, **extra)
+
+
+def worst(verdicts: Iterable[Verdict]) -> Verdict | None:
+    """The most severe verdict of several (the first one among equals), or None when empty."""
+    best: Verdict | None = None
+    for verdict in verdicts:
+        if best is None or verdict.status.rank > best.status.rank:
+            best = verdict
+    return best
+
+
+def run_verdict(statuses: Iterable[Status]) -> RunVerdict:
+    """READY with no FAIL/ERROR/WARN, DEGRADED with WARN only, NOT READY with any FAIL or ERROR."""
+    seen = set(statuses)
+    if Status.FAIL in seen or Status.ERROR in seen:
+        return RunVerdict.NOT_READY
+    if Status.WARN in seen:
+        return RunVerdict.DEGRADED
+    return RunVerdict.READY
