@@ -1,0 +1,346 @@
+"""Read what NCCL and torch's ProcessGroupNCCL wrote to a log.
+
+NCCL_DEBUG=INFO says, per channel, which transport each GPU pair uses (``via P2P/CUMEM``, ``via
+SHM/direct/direct``, ``via NET/Socket/0``...). That line is the only place that tells a user whether
+peer-to-peer was really used, so the analyzer keeps every connection, the NCCL version, the
+``NCCL WARN`` lines, NCCL error summaries and torch watchdog timeouts. Lines may carry launcher
+prefixes (``[rank0]:``, ``[1,0]<stdout>:``, `` 0: ``, ``(RayWorker pid=1)``, timestamps), so every
+pattern is searched inside the line, never anchored at its start.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+FAMILIES = ("P2P", "SHM", "NET", "NVLS", "COLLNET")
+
+
+class NcclLogError(ValueError):
+    """The text is not a log this module can read (binary data, for instance)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Connection:
+    """One channel connection, e.g. ``Channel 03/0 : 0[0] -> 1[1] via P2P/CUMEM/read``."""
+
+    channel: int | None
+    src_rank: int
+    dst_rank: int | None
+    src_device: str | None
+    dst_device: str | None
+    direction: str | None
+    transport: str
+    line_no: int
+
+    @property
+    def family(self) -> str:
+        """``P2P``, ``SHM``, ``NET``, ``NVLS`` or ``COLLNET`` (another first word as written)."""
+        head = self.transport.split("/", 1)[0].strip().upper()
+        return "COLLNET" if head in ("COLLNET", "COLL") else head
+
+    @property
+    def mechanism(self) -> str:
+        """The transport without its family: ``CUMEM/read``, ``direct pointer``, ``Socket/0``."""
+        parts = self.transport.split("/", 1)
+        return parts[1] if len(parts) > 1 else ""
+
+    @property
+    def key(self) -> tuple[object, ...]:
+        """Identity used to count a connection once even when several lines report it."""
+        return (self.channel, self.src_rank, self.dst_rank, self.direction, self.transport)
+
+
+@dataclass(frozen=True, slots=True)
+class NcclWarning:
+    """One ``NCCL WARN`` line."""
+
+    message: str
+    source: str | None
+    function: str | None
+    line: str
+    line_no: int
+
+
+@dataclass(frozen=True, slots=True)
+class WatchdogTimeout:
+    """A torch ProcessGroupNCCL watchdog timeout (or heartbeat-monitor timeout)."""
+
+    rank: int | None
+    collective: str | None
+    seq_num: int | None
+    numel_in: int | None
+    numel_out: int | None
+    timeout_ms: int | None
+    ran_for_ms: int | None
+    line: str
+    line_no: int
+
+
+@dataclass(frozen=True, slots=True)
+class NcclError:
+    """An NCCL error raised to the caller: ``NCCL error in: ..., unhandled cuda error``."""
+
+    reason: str
+    last_error: str | None
+    line: str
+    line_no: int
+
+
+@dataclass(frozen=True, slots=True)
+class RankInfo:
+    """``comm 0x... rank 0 nranks 8 cudaDev 0 busId 18000``: which GPU a rank drives."""
+
+    rank: int
+    nranks: int
+    cuda_dev: int
+    bus_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class NcclLog:
+    """Everything the analyzer found in one log."""
+
+    versions: tuple[str, ...]
+    connections: tuple[Connection, ...]
+    nvls_lines: tuple[str, ...]
+    nvls_channels: int | None
+    warnings: tuple[NcclWarning, ...]
+    timeouts: tuple[WatchdogTimeout, ...]
+    errors: tuple[NcclError, ...]
+    ranks: tuple[RankInfo, ...]
+    nccl_line_count: int
+
+    @property
+    def nccl_version(self) -> str | None:
+        """The NCCL version when the log states exactly one (None when absent or conflicting)."""
+        return self.versions[0] if len(self.versions) == 1 else None
+
+    @property
+    def nvls_used(self) -> bool:
+        """True when NCCL set up NVLink SHARP (NVLS) communicators."""
+        return bool(self.nvls_lines)
+
+    def transports(self) -> dict[str, int]:
+        """Family -> number of distinct channel connections (NVLS: ranks that set it up)."""
+        counts: Counter[str] = Counter(c.family for c in self.connections)
+        if self.nvls_lines and "NVLS" not in counts:
+            counts["NVLS"] = len(self.nvls_lines)
+        return dict(sorted(counts.items()))
+
+    def mechanisms(self) -> dict[str, int]:
+        """Full transport text (``P2P/CUMEM``, ``NET/Socket/0``) -> connections."""
+        return dict(sorted(Counter(c.transport for c in self.connections).items()))
+
+    def pairs(self) -> list[PairTransport]:
+        """One entry per (src rank, dst rank) with the transports seen and channel counts."""
+        grouped: dict[tuple[int, int | None], list[Connection]] = {}
+        for connection in self.connections:
+            grouped.setdefault((connection.src_rank, connection.dst_rank), []).append(connection)
+        pairs = []
+        for (src, dst), items in sorted(grouped.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+            pairs.append(
+                PairTransport(
+                    src_rank=src,
+                    dst_rank=dst,
+                    src_device=items[0].src_device,
+                    dst_device=items[0].dst_device,
+                    transports=dict(sorted(Counter(c.transport for c in items).items())),
+                )
+            )
+        return pairs
+
+
+@dataclass(frozen=True, slots=True)
+class PairTransport:
+    """How one rank reached another: transport text -> number of channels."""
+
+    src_rank: int
+    dst_rank: int | None
+    src_device: str | None
+    dst_device: str | None
+    transports: dict[str, int]
+
+    @property
+    def families(self) -> tuple[str, ...]:
+        """Transport families used by this pair, sorted."""
+        return tuple(sorted({Connection(0, 0, 0, None, None, None, t, 0).family for t in self.transports}))
+
+
+_NCCL_MARK = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
+_VERSION = re.compile(r"\bNCCL version (\d+\.\d+\.\d+)(?:[+\w.]*)")
+_TESTS_VERSION = re.compile(r"nccl-tests version \S+ .*?nccl-library=(\d{5,})")
+_CONNECTION = re.compile(
+    r"(?:(?:Channel|Ring|Coll|CollNet|Tree)\s+(?P<channel>\d+)(?:/\d+)?\s*:\s*)?"
+    r"(?P<src>\d+)(?:\[(?P<srcdev>[0-9a-fA-Fx]+)\])?"
+    r"(?:\s*->\s*(?P<dst>\d+)(?:\[(?P<dstdev>[0-9a-fA-Fx]+)\])?)?"
+    r"\s*(?:\[(?P<dir>send|receive)\])?\s+via\s+(?P<transport>\S.*?)\s*$"
+)
+_NVLS_SETUP = re.compile(r"NCCL INFO (?:NVLS comm \S+ headRank|Connected NVLS tree)")
+_NVLS_CHANNELS = re.compile(r"NCCL INFO .*?\b(\d+) nvls channels")
+_WARN = re.compile(
+    r"(?:(?P<src>[\w./-]+\.(?:cc|cu|h|hpp|cpp|c):\d+)\s+(?:\((?P<func>[\w:~]+)\)\s+)?)?NCCL WARN\s?(?P<msg>.*?)\s*$"
+)
+_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>[^)]*\)?[^)]*)\)")
+_WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,)]+)")
+_RANK = re.compile(r"\bRank (\d+)\]")
+_RAN_FOR = re.compile(r"ran for (\d+) milliseconds")
+_HEARTBEAT = re.compile(r"Heartbeat monitor timed out")
+_RANK_INFO = re.compile(
+    r"NCCL INFO .*?\brank (\d+) nranks (\d+) cudaDev (\d+)(?:\s+nvmlDev \d+)?(?:\s+busId ([0-9a-fA-F]+))?"
+)
+_NCCL_ERROR = re.compile(r"NCCL error in: \S+?,\s*(?P<reason>[^(,]+?)\s*(?:\(|,|$)")
+_LAST_ERROR = re.compile(r"^(?:\[rank\d+\]:\s*)?Last error:\s*(?P<inline>.*)$")
+
+
+def analyze(text: str) -> NcclLog:
+    """Analyze a whole log; an empty result when the text holds no NCCL lines."""
+    if "\x00" in text:
+        raise NcclLogError("the log contains NUL bytes: binary data, not a text log")
+    return analyze_lines(text.splitlines())
+
+
+def analyze_lines(lines: Iterable[str]) -> NcclLog:
+    """Analyze log lines (no trailing newlines needed)."""
+    versions: list[str] = []
+    connections: dict[tuple[object, ...], Connection] = {}
+    nvls_lines: list[str] = []
+    nvls_channels: int | None = None
+    warnings: list[NcclWarning] = []
+    timeouts: dict[tuple[object, ...], WatchdogTimeout] = {}
+    errors: list[NcclError] = []
+    ranks: dict[tuple[int, int, int], RankInfo] = {}
+    nccl_lines = 0
+    pending_error: tuple[str, str, int] | None = None
+    expect_last_error = False
+
+    for line_no, raw in enumerate(lines, start=1):
+        line = raw.rstrip("\r\n")
+        if expect_last_error and pending_error is not None:
+            detail = _strip_rank_prefix(line).strip()
+            if detail:
+                errors.append(NcclError(pending_error[0], detail, pending_error[1], pending_error[2]))
+                pending_error, expect_last_error = None, False
+                continue
+        is_nccl = bool(_NCCL_MARK.search(line))
+        nccl_lines += is_nccl
+        for found in _versions_in(line):
+            if found not in versions:
+                versions.append(found)
+        if " via " in line and (is_nccl or re.search(r"^\s*(?:Channel|Ring|CollNet|Coll)\s+\d+", line)):
+            connection = _connection(line, line_no)
+            if connection is not None:
+                connections.setdefault(connection.key, connection)
+        if _NVLS_SETUP.search(line):
+            nvls_lines.append(line)
+        if match := _NVLS_CHANNELS.search(line):
+            nvls_channels = max(nvls_channels or 0, int(match.group(1)))
+        if match := _RANK_INFO.search(line):
+            info = RankInfo(int(match[1]), int(match[2]), int(match[3]), match[4])
+            if info.bus_id is not None or (info.rank, info.nranks, info.cuda_dev) not in ranks:
+                ranks[(info.rank, info.nranks, info.cuda_dev)] = info
+        if "NCCL WARN" in line and (match := _WARN.search(line)):
+            warnings.append(NcclWarning(match["msg"], match["src"], match["func"], line.strip(), line_no))
+        if timeout := _timeout(line, line_no):
+            key = (timeout.rank, timeout.seq_num, timeout.collective, timeout.numel_in)
+            timeouts.setdefault(key, timeout)
+        if match := _NCCL_ERROR.search(line):
+            if pending_error is not None:
+                errors.append(NcclError(pending_error[0], None, pending_error[1], pending_error[2]))
+            pending_error, expect_last_error = (match["reason"].strip(), line.strip(), line_no), False
+        elif pending_error is not None and (match := _LAST_ERROR.match(line.strip())):
+            if match["inline"]:
+                errors.append(NcclError(pending_error[0], match["inline"], pending_error[1], pending_error[2]))
+                pending_error = None
+            else:
+                expect_last_error = True
+    if pending_error is not None:
+        errors.append(NcclError(pending_error[0], None, pending_error[1], pending_error[2]))
+    return NcclLog(
+        versions=tuple(versions),
+        connections=tuple(connections.values()),
+        nvls_lines=tuple(nvls_lines),
+        nvls_channels=nvls_channels,
+        warnings=tuple(warnings),
+        timeouts=tuple(timeouts.values()),
+        errors=tuple(errors),
+        ranks=tuple(sorted(ranks.values(), key=lambda r: (r.nranks, r.rank))),
+        nccl_line_count=nccl_lines,
+    )
+
+
+def _versions_in(line: str) -> list[str]:
+    """NCCL versions stated in a line (``NCCL version 2.26.2+cuda12.8``, nccl-tests' library code)."""
+    found = [m.group(1) for m in _VERSION.finditer(line)]
+    if match := _TESTS_VERSION.search(line):
+        code = int(match.group(1))
+        found.append(f"{code // 10000}.{code // 100 % 100}.{code % 100}")
+    return found
+
+
+def _connection(line: str, line_no: int) -> Connection | None:
+    """The connection described by a ``... via TRANSPORT`` line, or None when it is not one."""
+    tail = line[_NCCL_MARK.search(line).end():] if _NCCL_MARK.search(line) else line
+    match = _CONNECTION.search(tail)
+    if match is None:
+        return None
+    transport = match["transport"]
+    if not re.match(r"[A-Za-z]", transport):
+        return None
+    return Connection(
+        channel=int(match["channel"]) if match["channel"] is not None else None,
+        src_rank=int(match["src"]),
+        dst_rank=int(match["dst"]) if match["dst"] is not None else None,
+        src_device=match["srcdev"],
+        dst_device=match["dstdev"],
+        direction=match["dir"],
+        transport=transport,
+        line_no=line_no,
+    )
+
+
+def _timeout(line: str, line_no: int) -> WatchdogTimeout | None:
+    """A watchdog timeout stated by ``line`` (old ``[E ProcessGroupNCCL.cpp:475]`` or new format)."""
+    rank_match = _RANK.search(line)
+    rank = int(rank_match.group(1)) if rank_match else None
+    if match := _WATCHDOG.search(line):
+        fields = dict(_WORK_FIELD.findall(match["args"]))
+        ran_for = _RAN_FOR.search(line)
+        return WatchdogTimeout(
+            rank=rank,
+            collective=fields.get("OpType"),
+            seq_num=_int_or_none(fields.get("SeqNum")),
+            numel_in=_int_or_none(fields.get("NumelIn")),
+            numel_out=_int_or_none(fields.get("NumelOut")),
+            timeout_ms=_int_or_none(fields.get("Timeout(ms)")),
+            ran_for_ms=int(ran_for.group(1)) if ran_for else None,
+            line=line.strip(),
+            line_no=line_no,
+        )
+    if _HEARTBEAT.search(line):
+        return WatchdogTimeout(rank, None, None, None, None, None, None, line.strip(), line_no)
+    return None
+
+
+def _int_or_none(text: str | None) -> int | None:
+    """``int(text)`` for a whole number, else None."""
+    if text is None:
+        return None
+    text = text.strip()
+    return int(text) if re.fullmatch(r"-?\d+", text) else None
+
+
+def _strip_rank_prefix(line: str) -> str:
+    """``[rank0]: text`` -> ``text``."""
+    return re.sub(r"^\s*\[rank\d+\]:\s?", "", line)
+
+
+def device_label(device: str | None) -> str | None:
+    """``0`` -> ``GPU0`` (CUDA device); ``4b000`` -> ``GPU@4b000`` (older logs print the bus id)."""
+    if device is None:
+        return None
+    if device.isdigit() and int(device) < 256:
+        return f"GPU{int(device)}"
+    return f"GPU@{device}"
