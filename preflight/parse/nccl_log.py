@@ -106,6 +106,7 @@ class NcclLog:
     versions: tuple[str, ...]
     connections: tuple[Connection, ...]
     nvls_lines: tuple[str, ...]
+    nvls_ranks: int
     nvls_channels: int | None
     warnings: tuple[NcclWarning, ...]
     timeouts: tuple[WatchdogTimeout, ...]
@@ -124,10 +125,10 @@ class NcclLog:
         return bool(self.nvls_lines)
 
     def transports(self) -> dict[str, int]:
-        """Family -> number of distinct channel connections (NVLS: ranks that set it up)."""
+        """Family -> distinct channel connections; NVLS (no per-channel lines) counts the processes that set it up."""
         counts: Counter[str] = Counter(c.family for c in self.connections)
         if self.nvls_lines and "NVLS" not in counts:
-            counts["NVLS"] = len(self.nvls_lines)
+            counts["NVLS"] = self.nvls_ranks
         return dict(sorted(counts.items()))
 
     def mechanisms(self) -> dict[str, int]:
@@ -178,6 +179,7 @@ _CONNECTION = re.compile(
     r"(?:\s*->\s*(?P<dst>\d+)(?:\[(?P<dstdev>[0-9a-fA-Fx]+)\])?)?"
     r"\s*(?:\[(?P<dir>send|receive)\])?\s+via\s+(?P<transport>\S.*?)\s*$"
 )
+_ORIGIN = re.compile(r"(\S+):(\d+):\d+ \[(\d+)\] NCCL ")
 _NVLS_SETUP = re.compile(r"NCCL INFO (?:NVLS comm \S+ headRank|Connected NVLS tree)")
 _NVLS_CHANNELS = re.compile(r"NCCL INFO .*?\b(\d+) nvls channels")
 _WARN = re.compile(
@@ -207,6 +209,7 @@ def analyze_lines(lines: Iterable[str]) -> NcclLog:
     versions: list[str] = []
     connections: dict[tuple[object, ...], Connection] = {}
     nvls_lines: list[str] = []
+    nvls_origins: set[tuple[str, ...]] = set()
     nvls_channels: int | None = None
     warnings: list[NcclWarning] = []
     timeouts: dict[tuple[object, ...], WatchdogTimeout] = {}
@@ -235,6 +238,8 @@ def analyze_lines(lines: Iterable[str]) -> NcclLog:
                 connections.setdefault(connection.key, connection)
         if _NVLS_SETUP.search(line):
             nvls_lines.append(line)
+            origin = _ORIGIN.search(line)
+            nvls_origins.add(origin.groups() if origin else (str(line_no),))
         if match := _NVLS_CHANNELS.search(line):
             nvls_channels = max(nvls_channels or 0, int(match.group(1)))
         if match := _RANK_INFO.search(line):
@@ -262,6 +267,7 @@ def analyze_lines(lines: Iterable[str]) -> NcclLog:
         versions=tuple(versions),
         connections=tuple(connections.values()),
         nvls_lines=tuple(nvls_lines),
+        nvls_ranks=len(nvls_origins),
         nvls_channels=nvls_channels,
         warnings=tuple(warnings),
         timeouts=tuple(timeouts.values()),

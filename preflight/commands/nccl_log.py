@@ -1,0 +1,159 @@
+"""``preflight nccl-log FILE [--json]``: explain a saved NCCL_DEBUG log in plain words.
+
+Reads a log file (``-`` for stdin) and says which NCCL version ran, which transport each GPU pair
+used (and whether peer-to-peer was used at all), the ``NCCL WARN`` lines with what they usually
+mean, NCCL errors and torch watchdog timeouts. An nccl-tests table in the same file is summarized
+too. Exit code 0 after a successful analysis, 2 when the file cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, NoReturn
+
+from preflight.errors import UsageError
+from preflight.judge.nccl import human_bytes
+from preflight.parse.nccl_explain import explain
+from preflight.parse.nccl_log import NcclLogError, analyze
+from preflight.parse.nccl_tests import NcclTestsError, contains_table, parse_nccl_tests
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse that reports bad usage as :class:`UsageError` instead of exiting."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def main(argv: list[str]) -> int:
+    """Entry point of ``preflight nccl-log``."""
+    parser = _Parser(prog="preflight nccl-log", description="Explain a saved NCCL_DEBUG=INFO log.")
+    parser.add_argument("file", help="log file to read, or - for standard input")
+    parser.add_argument("--json", action="store_true", help="print JSON instead of text")
+    args = parser.parse_args(argv)
+    text = _read(args.file)
+    try:
+        log = analyze(text)
+    except NcclLogError as exc:
+        raise UsageError(f"{args.file}: {exc}") from None
+    result = {"file": args.file, **explain(log), "nccl_tests": _nccl_tests_summary(text)}
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        print(render_text(result))
+    return 0
+
+
+def _read(path: str) -> str:
+    """The file's text (stdin for ``-``); unreadable or binary input is a usage error."""
+    try:
+        if path == "-":
+            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
+        else:
+            with open(path, "rb") as handle:
+                data = handle.read()
+    except OSError as exc:
+        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
+    if b"\x00" in data:
+        raise UsageError(f"{path} is binary data, not a text log")
+    return data.decode("utf-8", errors="replace")
+
+
+def _nccl_tests_summary(text: str) -> dict[str, Any] | None:
+    """Peak and average busbw of an nccl-tests table in the same text, or None."""
+    if not contains_table(text):
+        return None
+    try:
+        result = parse_nccl_tests(text)
+    except NcclTestsError as exc:
+        return {"error": str(exc)}
+    peak = result.peak
+    return {
+        "collective": result.collective,
+        "ranks": result.ranks,
+        "sizes": len(result.rows),
+        "peak_busbw_gbps": peak.busbw_gbps,
+        "peak_size_bytes": peak.size_bytes,
+        "avg_busbw_gbps": round(result.avg_busbw_gbps, 4),
+        "reported_avg_busbw_gbps": result.reported_avg_busbw,
+        "wrong": result.wrong_total,
+    }
+
+
+def _plural(count: int, word: str) -> str:
+    """``1 line`` / ``2 lines``."""
+    return f"{count} {word}{'' if count == 1 else 's'}"
+
+
+def render_text(result: dict[str, Any]) -> str:
+    """The human form of the analysis."""
+    out = [f"NCCL log: {result['file']}"]
+    versions = result["nccl_versions"]
+    if result["nccl_version"]:
+        out.append(f"NCCL version: {result['nccl_version']}")
+    elif versions:
+        out.append(f"NCCL version: several in one log ({', '.join(versions)})")
+    else:
+        out.append("NCCL version: not stated in this log")
+    out.append("")
+    out.append("What the log shows:")
+    out.extend(f"  - {finding}" for finding in result["findings"])
+    if result["pairs"]:
+        out.append("")
+        out.append("Transport per GPU pair:")
+        out.extend(f"  {pair['explanation']}" for pair in result["pairs"])
+    if result["nvls"]["used"]:
+        channels = result["nvls"]["channels"]
+        out.append("")
+        out.append("NVLS (NVLink SHARP) was set up" + (f" with {channels} channels." if channels else "."))
+    if result["warnings"]:
+        out.append("")
+        out.append(f"NCCL WARN lines ({len(result['warnings'])}):")
+        for warning in result["warnings"]:
+            where = f"{warning['source']}" + (f" ({warning['function']})" if warning["function"] else "")
+            out.append(f"  line {warning['line_no']}: {where + ': ' if warning['source'] else ''}{warning['message']}")
+            if warning["hint"]:
+                out.append(f"      means: {warning['hint']}")
+    if result["errors"]:
+        out.append("")
+        out.append(f"NCCL errors ({len(result['errors'])}):")
+        for err in result["errors"]:
+            last = f"; last error: {err['last_error']}" if err["last_error"] else ""
+            out.append(f"  line {err['line_no']}: {err['reason']}{last}")
+            if err["hint"]:
+                out.append(f"      means: {err['hint']}")
+    if result["timeouts"]:
+        out.append("")
+        out.append(f"Watchdog timeouts ({len(result['timeouts'])}):")
+        for timeout in result["timeouts"]:
+            out.append("  " + _timeout_text(timeout))
+    tests = result.get("nccl_tests")
+    if tests:
+        out.append("")
+        if "error" in tests:
+            out.append(f"nccl-tests table: could not be read ({tests['error']})")
+        else:
+            ranks = f" on {_plural(tests['ranks'], 'rank')}" if tests["ranks"] else ""
+            out.append(
+                f"nccl-tests table ({tests['collective'] or 'collective not named'}{ranks}): peak busbw "
+                f"{tests['peak_busbw_gbps']:.2f} GB/s at {human_bytes(tests['peak_size_bytes'])}, average "
+                f"{tests['avg_busbw_gbps']:.2f} GB/s over {_plural(tests['sizes'], 'size')}"
+            )
+    return "\n".join(out)
+
+
+def _timeout_text(timeout: dict[str, Any]) -> str:
+    """``rank 0: BROADCAST (SeqNum 1, 131072000 elements) not done after 600081 ms (timeout 600000 ms)``."""
+    who = f"rank {timeout['rank']}" if timeout["rank"] is not None else "a rank"
+    what = timeout["collective"] or "a collective (not named in the log)"
+    details = []
+    if timeout["seq_num"] is not None:
+        details.append(f"SeqNum {timeout['seq_num']}")
+    if timeout["numel_in"] is not None:
+        details.append(f"{timeout['numel_in']} elements")
+    detail = f" ({', '.join(details)})" if details else ""
+    ran = f" after {timeout['ran_for_ms']} ms" if timeout["ran_for_ms"] is not None else ""
+    limit = f" (timeout {timeout['timeout_ms']} ms)" if timeout["timeout_ms"] is not None else ""
+    return f"{who}: {what}{detail} did not finish{ran}{limit}"

@@ -1,0 +1,174 @@
+"""Plain-words explanation of an analyzed NCCL log, as JSON-ready data.
+
+Shared by ``preflight nccl-log`` and the bandwidth check, so a saved log and a live run are
+explained with the same words: which transport each GPU pair used and what that means, what a
+WARN line usually points at, and what a watchdog timeout says about the hang.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from typing import Any
+
+from preflight.parse.nccl_log import Connection, NcclLog, PairTransport, device_label
+
+FAMILY_MEANING = {
+    "P2P": "direct GPU-to-GPU copies (peer-to-peer over NVLink or PCIe)",
+    "SHM": "staged through host shared memory: peer-to-peer was not used",
+    "NET": "through a network transport (sockets, InfiniBand, EFA...): GPUs on different hosts, or both P2P and SHM unavailable",
+    "NVLS": "NVLink SHARP: reductions done inside the NVSwitch",
+    "COLLNET": "in-network reduction (CollNet/SHARP plugin)",
+}
+
+_WARN_HINTS: tuple[tuple[str, str], ...] = (
+    ("out of memory", "the GPU ran out of memory while NCCL allocated its buffers; free GPU memory before "
+                      "creating the communicator (or set NCCL_P2P_DISABLE=1, which needs no P2P buffers)"),
+    ("illegal memory access", "a CUDA kernel touched invalid memory; every later NCCL error follows from it "
+                              "(a kernel bug, or an NCCL bug fixed in a newer release)"),
+    ("unspecified launch failure", "a GPU kernel crashed (device-side assert/trap or an Xid); the teardown "
+                                   "errors that follow are consequences: check `dmesg | grep -i xid`"),
+    ("nvls.cc", "NVLink SHARP (NVLS) setup failed; NCCL falls back to other algorithms (seen when "
+                "NCCL_CUMEM_ENABLE=0), so all-reduce is slower on NVSwitch systems"),
+    ("calloc async", "a CUDA allocation inside NCCL failed, usually because the GPU is out of memory"),
+    ("Cuda failure", "a CUDA call made by NCCL failed; the message names the CUDA error"),
+)
+
+
+def hint_for(text: str) -> str | None:
+    """What a WARN or error text usually means, or None when it is not a known pattern."""
+    for needle, hint in _WARN_HINTS:
+        if needle.lower() in text.lower():
+            return hint
+    return None
+
+
+def _gpu(log: NcclLog, rank: int | None, device: str | None) -> str | None:
+    """``GPU3`` for a CUDA device; a bus id is turned into the device when the log maps it."""
+    if device is not None and not (device.isdigit() and int(device) < 256):
+        for info in log.ranks:
+            if info.bus_id is not None and info.bus_id.lower().lstrip("0") == device.lower().lstrip("0"):
+                return f"GPU{info.cuda_dev}"
+    return device_label(device)
+
+
+def _endpoint(log: NcclLog, rank: int | None, device: str | None) -> str:
+    """``rank 0 (GPU0)``."""
+    if rank is None:
+        return "the network"
+    gpu = _gpu(log, rank, device)
+    return f"rank {rank} ({gpu})" if gpu else f"rank {rank}"
+
+
+def explain_pair(log: NcclLog, pair: PairTransport) -> dict[str, Any]:
+    """One GPU pair: its transports and a sentence saying whether peer-to-peer was used."""
+    src = _endpoint(log, pair.src_rank, pair.src_device)
+    dst = _endpoint(log, pair.dst_rank, pair.dst_device)
+    families = pair.families
+    channels = sum(pair.transports.values())
+    used = ", ".join(f"{t} on {n} channel{'s' if n != 1 else ''}" for t, n in pair.transports.items())
+    if families == ("SHM",):
+        sentence = f"{src} -> {dst} over SHM: peer-to-peer was not used (data goes through host shared memory)"
+    elif families == ("NET",):
+        sentence = f"{src} -> {dst} over the network ({used}): peer-to-peer and shared memory were not used"
+    elif "P2P" in families and len(families) == 1:
+        sentence = f"{src} -> {dst} over {used}: direct peer-to-peer"
+    else:
+        sentence = f"{src} -> {dst} over {used}"
+    return {
+        "src_rank": pair.src_rank,
+        "dst_rank": pair.dst_rank,
+        "src_gpu": _gpu(log, pair.src_rank, pair.src_device),
+        "dst_gpu": _gpu(log, pair.dst_rank, pair.dst_device),
+        "transports": dict(pair.transports),
+        "channels": channels,
+        "peer_to_peer": "P2P" in families,
+        "explanation": sentence,
+    }
+
+
+def _connection_json(connection: Connection) -> dict[str, Any]:
+    """One connection as JSON."""
+    return {
+        "channel": connection.channel,
+        "src_rank": connection.src_rank,
+        "dst_rank": connection.dst_rank,
+        "direction": connection.direction,
+        "family": connection.family,
+        "transport": connection.transport,
+        "line_no": connection.line_no,
+    }
+
+
+def timeout_findings(log: NcclLog) -> list[str]:
+    """What the watchdog timeouts say together (first collective never finished, size mismatch)."""
+    findings: list[str] = []
+    by_seq: dict[tuple[int | None, str | None], set[int | None]] = defaultdict(set)
+    for timeout in log.timeouts:
+        by_seq[(timeout.seq_num, timeout.collective)].add(timeout.numel_in)
+    for (seq, collective), sizes in sorted(by_seq.items(), key=lambda kv: (kv[0][0] or 0, kv[0][1] or "")):
+        if len(sizes) > 1:
+            shown = ", ".join(str(s) for s in sorted(s for s in sizes if s is not None))
+            findings.append(
+                f"ranks timed out in the same {collective} (SeqNum {seq}) with different element counts "
+                f"({shown}): the ranks called different collectives or sizes, a desync in the program rather "
+                "than a hardware fault"
+            )
+        if seq == 1:
+            findings.append(
+                f"the very first collective ({collective}, SeqNum 1) never completed: the ranks could not "
+                "exchange any data, typical of broken GPU peer-to-peer (try NCCL_P2P_DISABLE=1 to confirm) "
+                "or a blocked network interface"
+            )
+    return findings
+
+
+def explain(log: NcclLog) -> dict[str, Any]:
+    """The whole log as JSON-ready data with plain-words findings."""
+    pairs = [explain_pair(log, pair) for pair in log.pairs()]
+    findings: list[str] = []
+    transports = log.transports()
+    if not transports and not log.warnings and not log.timeouts and not log.errors:
+        findings.append("no NCCL connections, WARN lines, errors or watchdog timeouts in this log "
+                        "(NCCL_DEBUG=INFO shows the transports)")
+    for family, count in transports.items():
+        meaning = FAMILY_MEANING.get(family, "a transport this tool does not know")
+        findings.append(f"{family}: {count} channel connection{'s' if count != 1 else ''}, {meaning}")
+    if "SHM" in transports and "P2P" not in transports:
+        findings.append("no connection used peer-to-peer: NCCL_P2P_DISABLE may be set, or P2P is unsupported "
+                        "between these GPUs (PCIe ACS/IOMMU, virtualization, consumer GPUs)")
+    if log.warnings:
+        findings.append(f"{len(log.warnings)} NCCL WARN line{'s' if len(log.warnings) != 1 else ''}: NCCL hit a problem (listed below)")
+    if log.errors:
+        reasons = sorted({e.reason for e in log.errors})
+        findings.append(f"NCCL returned an error to the program: {', '.join(reasons)}")
+    if log.timeouts:
+        collectives = sorted({t.collective or "unnamed collective" for t in log.timeouts})
+        findings.append(f"{len(log.timeouts)} watchdog timeout{'s' if len(log.timeouts) != 1 else ''} "
+                        f"({', '.join(collectives)}): a collective did not finish in time, the job hung")
+    findings.extend(timeout_findings(log))
+    return {
+        "nccl_version": log.nccl_version,
+        "nccl_versions": list(log.versions),
+        "transports": transports,
+        "transport_details": log.mechanisms(),
+        "pairs": pairs,
+        "connections": [_connection_json(c) for c in log.connections],
+        "nvls": {"used": log.nvls_used, "channels": log.nvls_channels},
+        "warnings": [
+            {"line_no": w.line_no, "source": w.source, "function": w.function, "message": w.message,
+             "line": w.line, "hint": hint_for(f"{w.source or ''} {w.message}")}
+            for w in log.warnings
+        ],
+        "errors": [
+            {"line_no": e.line_no, "reason": e.reason, "last_error": e.last_error, "line": e.line,
+             "hint": hint_for(f"{e.reason} {e.last_error or ''}")}
+            for e in log.errors
+        ],
+        "timeouts": [
+            {"rank": t.rank, "collective": t.collective, "seq_num": t.seq_num, "numel_in": t.numel_in,
+             "numel_out": t.numel_out, "timeout_ms": t.timeout_ms, "ran_for_ms": t.ran_for_ms,
+             "line_no": t.line_no, "line": t.line}
+            for t in log.timeouts
+        ],
+        "findings": findings,
+    }
