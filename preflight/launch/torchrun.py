@@ -46,11 +46,22 @@ class RankOutcome:
     exitcode: int | None = None
     log_tail: str = ""
     log_path: str = ""
+    last_phase: str | None = None
+    idle_s: float | None = None
+    progress_seq: int = 0
+    error_time: float | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form for the report (the result itself is reported by the check)."""
         return {"rank": self.rank, "state": self.state, "error": self.error, "exitcode": self.exitcode,
-                "log_path": self.log_path}
+                "log_path": self.log_path, "last_phase": self.last_phase, "idle_s": self.idle_s}
+
+    def where(self) -> str:
+        """``at 'DDP step' for 12 s`` (where a rank was when it stopped), or empty."""
+        if self.last_phase is None:
+            return "before it started"
+        idle = f" for {self.idle_s:.0f} s" if self.idle_s is not None else ""
+        return f"at '{self.last_phase}'{idle}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,15 +93,43 @@ class LaunchResult:
         if self.ok:
             return ""
         parts = []
-        for state, words in (("crashed", "crashed"), ("hung", "did not finish before the deadline"),
-                             ("stopped", "were stopped after a peer failed")):
-            ranks = self.ranks_in(state)
-            if ranks:
-                label = "rank" if len(ranks) == 1 else "ranks"
-                parts.append(f"{label} {', '.join(map(str, ranks))} {words}")
+        root = self.root_cause()
+        if root is not None:
+            parts.append(f"rank {root} failed first ({self.ranks[root].error})")
+        others = [r for r in self.ranks_in("crashed") if r != root]
+        if others:
+            parts.append(f"{_ranks(others)} also crashed")
+        hung = [r for r in self.ranks if r.state == "hung"]
+        if hung:
+            parts.append(f"{_ranks([r.rank for r in hung])} did not finish: "
+                         + ", ".join(f"rank {r.rank} {r.where()}" for r in hung))
+            stuck = self.stuck_ranks()
+            if stuck and len(stuck) < len(hung):
+                parts.append(f"{_ranks(stuck)} got the least far (the others wait on it)")
+        stopped = self.ranks_in("stopped")
+        if stopped:
+            parts.append(f"{_ranks(stopped)} {'was' if len(stopped) == 1 else 'were'} stopped after a peer failed")
         if self.timed_out:
             parts.append(f"launch killed at its {self.deadline_s:.0f} s deadline")
         return "; ".join(parts) or f"torchrun exited with code {self.returncode}"
+
+    def root_cause(self) -> int | None:
+        """The rank that failed first: torchrun's "Root Cause" when it names one, else the earliest error."""
+        crashed = [r for r in self.ranks if r.state == "crashed"]
+        if not crashed:
+            return None
+        named = _root_cause_rank(self.launcher_tail)
+        if named is not None and any(r.rank == named for r in crashed):
+            return named
+        return min(crashed, key=lambda r: r.error_time if r.error_time is not None else float("inf")).rank
+
+    def stuck_ranks(self) -> list[int]:
+        """Among hung ranks, those that got the least far: the likely culprits (peers wait on them)."""
+        hung = [r for r in self.ranks if r.state == "hung"]
+        if not hung:
+            return []
+        least = min(r.progress_seq for r in hung)
+        return [r.rank for r in hung if r.progress_seq == least]
 
     def evidence(self) -> dict[str, str]:
         """Log tails of every rank that did not finish, plus torchrun's own tail."""
@@ -98,6 +137,10 @@ class LaunchResult:
         if not self.ok and self.launcher_tail:
             out["torchrun output tail"] = self.launcher_tail
         return out
+
+
+def _ranks(ranks: list[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
 def torchrun_argv(worker: str, nproc: int, args: Sequence[str] = ()) -> list[str]:
@@ -125,7 +168,9 @@ def launch(
     env.update(env_overrides or {})
     env[RUN_DIR_ENV] = str(run_dir)
     env[BACKEND_ENV] = backend
-    env[PG_TIMEOUT_ENV] = str(pg_timeout_s if pg_timeout_s is not None else max(5.0, deadline_s * 0.8))
+    # The process group's own timeout is longer than the deadline, so a hang is seen by the launcher
+    # with every rank still alive (and each rank's last phase known), not as a peer's timeout error.
+    env[PG_TIMEOUT_ENV] = str(pg_timeout_s if pg_timeout_s is not None else deadline_s + 30.0)
     env.setdefault("OMP_NUM_THREADS", "1")
     launcher_log = run_dir / "torchrun.log"
     started = time.monotonic()
@@ -245,24 +290,48 @@ def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
 def _rank_outcome(run_dir: Path, rank: int, timed_out: bool, launcher_tail: str) -> RankOutcome:
     log_path = run_dir / f"rank{rank}.log"
     tail = _tail(log_path)
+    phase, idle, seq = _progress(run_dir, rank)
     result_file = run_dir / f"rank{rank}.json"
     error_file = run_dir / f"rank{rank}.error.json"
     if result_file.exists():
         return RankOutcome(rank, "finished", result=json.loads(result_file.read_text()), log_tail=tail,
                            log_path=str(log_path))
     if error_file.exists():
-        error = json.loads(error_file.read_text()).get("error")
-        return RankOutcome(rank, "crashed", error=error, exitcode=1, log_tail=tail, log_path=str(log_path))
+        data = json.loads(error_file.read_text())
+        return RankOutcome(rank, "crashed", error=data.get("error"), exitcode=1, log_tail=tail,
+                           log_path=str(log_path), error_time=data.get("time"))
     if timed_out:
         return RankOutcome(rank, "hung", error="still running at the deadline", log_tail=tail,
-                           log_path=str(log_path))
+                           log_path=str(log_path), last_phase=phase, idle_s=idle, progress_seq=seq)
     exitcode = _exitcode_from_torchrun(launcher_tail, rank)
+    root = _root_cause_rank(launcher_tail)
+    if exitcode == -signal.SIGTERM and root is not None and root != rank:
+        return RankOutcome(rank, "stopped", error="terminated by torchrun after a peer failed", exitcode=exitcode,
+                           log_tail=tail, log_path=str(log_path))
     if exitcode is not None:
         how = f"killed by {_signal_name(-exitcode)}" if exitcode < 0 else f"exit code {exitcode}"
         return RankOutcome(rank, "crashed", error=how, exitcode=exitcode, log_tail=tail or launcher_tail,
                            log_path=str(log_path))
     return RankOutcome(rank, "stopped", error="ended without a result after a peer failed", log_tail=tail,
                        log_path=str(log_path))
+
+
+def _progress(run_dir: Path, rank: int) -> tuple[str | None, float | None, int]:
+    """The rank's last announced phase, how long ago it began, and how many phases it went through."""
+    try:
+        data = json.loads((run_dir / f"rank{rank}.progress").read_text())
+        return str(data["phase"]), max(0.0, time.time() - float(data["time"])), int(data.get("seq", 0))
+    except (OSError, ValueError, KeyError):
+        return None, None, 0
+
+
+def _root_cause_rank(text: str) -> int | None:
+    """The rank torchrun names under "Root Cause (first observed failure)"."""
+    marker = text.find("Root Cause")
+    if marker < 0:
+        return None
+    match = _ROOT_CAUSE.search(text, marker)
+    return int(match.group(1)) if match else None
 
 
 def _exitcode_from_torchrun(text: str, rank: int) -> int | None:

@@ -42,6 +42,10 @@ class WorkerContext:
     pg_timeout_s: float
     notes: list[str] = field(default_factory=list)
 
+    def progress(self, phase: str) -> None:
+        """Say what this rank is about to do; after a hang, the launcher reports each rank's last phase."""
+        mark_progress(self.run_dir, self.rank, phase)
+
     @property
     def on_gpu(self) -> bool:
         """True when this rank drives a CUDA device."""
@@ -65,6 +69,16 @@ def _pci_bus_id(props: Any) -> str | None:
         return f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
     except AttributeError:
         return None
+
+
+_progress_seq = 0
+
+
+def mark_progress(run_dir: Path, rank: int, phase: str) -> None:
+    """Write ``rank<N>.progress``: the phase, its sequence number and when it began."""
+    global _progress_seq
+    _progress_seq += 1
+    _write_json_atomic(run_dir / f"rank{rank}.progress", {"phase": phase, "seq": _progress_seq, "time": time.time()})
 
 
 def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
@@ -94,7 +108,9 @@ def worker_main(run: Callable[[WorkerContext], dict[str, Any]]) -> None:
     started = time.monotonic()
     print(f"[preflight rank {rank}] pid {os.getpid()} starting {sys.argv[0]}", flush=True)
     try:
+        mark_progress(run_dir, rank, "joining the process group")
         ctx = _init(rank)
+        ctx.progress("running")
         result = run(ctx)
         payload = {
             "rank": rank,

@@ -46,6 +46,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel as DDP
 
+    ctx.progress("building the DDP model (broadcast from rank 0)")
     model = _build_model().to(ctx.device)
     ddp = DDP(model, device_ids=[ctx.local_rank] if ctx.on_gpu else None)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.01)
@@ -53,7 +54,9 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
     inputs = torch.randn(BATCH, IN_FEATURES, generator=generator).to(ctx.device)
     targets = torch.randn(BATCH, 1, generator=generator).to(ctx.device)
 
+    ctx.progress("barrier before the step")
     dist.barrier()
+    ctx.progress("forward, backward (gradient all-reduce) and optimizer step")
     start = time.perf_counter()
     loss = torch.nn.functional.mse_loss(ddp(inputs), targets)
     loss.backward()
