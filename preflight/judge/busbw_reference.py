@@ -161,3 +161,23 @@ def expected_busbw(
     if reference is None:
         return None
     return Expectation(reference.busbw_gbps, reference.source, platform)
+
+
+_NVSWITCH_FAMILIES = frozenset({"H100 SXM", "H200 SXM", "A100 SXM", "B200", "B300", "GB200", "GH200"})
+
+
+def classify_interconnect(gpu_name: str, gpus: int, nvlink_all_pairs: bool | None, pcie_gen: int | None) -> Interconnect:
+    """The slowest link class the ring crosses, from NVML's NVLink P2P status and PCIe generation.
+
+    Every pair on NVLink is an NVSwitch fabric for SXM parts and a bridge for a pair of PCIe cards;
+    otherwise some hop crosses PCIe and its generation decides.
+    """
+    if nvlink_all_pairs and gpus >= 2:
+        if gpu_family(gpu_name) in _NVSWITCH_FAMILIES:
+            return Interconnect.NVSWITCH
+        if gpus == 2:
+            return Interconnect.NVLINK_BRIDGE
+        return Interconnect.UNKNOWN
+    return {3: Interconnect.PCIE_GEN3, 4: Interconnect.PCIE_GEN4, 5: Interconnect.PCIE_GEN5}.get(
+        pcie_gen or 0, Interconnect.UNKNOWN
+    )

@@ -1,0 +1,94 @@
+"""The bandwidth checks end to end: real torchrun launches on gloo, with a worker that misbehaves
+only when P2P is enabled (``tests.workers.p2p_faulty``) standing in for a host with broken P2P."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT, validate_report
+
+pytestmark = pytest.mark.subprocess
+
+CHECKS = str(REPO_ROOT / "checks" / "test_nccl_bandwidth.py")
+
+
+def run_checks(tmp_path: Path, *args: str, env: dict[str, str] | None = None, fake: bool = True) -> dict[str, Any]:
+    """Run the bandwidth checks in a child pytest and return the report's checks by name."""
+    full_env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "PREFLIGHT_TEST_"))}
+    full_env.update(env or {})
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+    plugin = ["-p", "tests.fakes.fake_p2p"] if fake else []
+    command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", CHECKS, *plugin,
+               "--preflight-report-dir", str(tmp_path), *args]
+    result = subprocess.run(command, capture_output=True, text=True, env=full_env, cwd=REPO_ROOT, timeout=240)
+    report_path = tmp_path / "preflight.json"
+    assert report_path.exists(), result.stdout + result.stderr
+    report = json.loads(report_path.read_text())
+    validate_report(report)
+    return {c["name"]: c for c in report["checks"]}
+
+
+def test_cpu_node_measures_gloo_and_skips_the_p2p_comparison(tmp_path):
+    started = time.monotonic()
+    checks = run_checks(tmp_path, "--preflight-profile", "quick", fake=False)
+    bandwidth = checks["test_allreduce_bandwidth"]
+    assert bandwidth["status"] == "PASS" and "(gloo)" in bandwidth["summary"]
+    assert any(m["name"] == "busbw_peak" and m["value"] > 0 for m in bandwidth["metrics"])
+    assert {v["kind"] for v in bandwidth["views"]} == {"chart", "table"}
+    p2p = checks["test_nccl_p2p"]
+    assert p2p["status"] == "SKIP" and "no NVIDIA GPU visible" in p2p["summary"]
+    html = (tmp_path / "preflight.html").read_text()
+    assert "<svg" in html and "<polyline" in html and "<script" not in html
+    assert time.monotonic() - started < 90
+
+
+def test_expected_figure_far_above_the_measurement_fails(tmp_path):
+    checks = run_checks(tmp_path, "--preflight-expect-busbw", "1000", fake=False)
+    bandwidth = checks["test_allreduce_bandwidth"]
+    assert bandwidth["status"] == "FAIL" and bandwidth["code"] == "NCCL_BUSBW_LOW"
+    assert "of the 1000 GB/s expected" in bandwidth["summary"]
+
+
+def test_hang_only_with_p2p_is_p2p_broken(tmp_path):
+    started = time.monotonic()
+    checks = run_checks(tmp_path, "--preflight-launch-timeout", "12", env={"PREFLIGHT_TEST_P2P": "hang"})
+    elapsed = time.monotonic() - started
+    p2p = checks["test_nccl_p2p"]
+    assert p2p["status"] == "FAIL" and p2p["code"] == "NCCL_P2P_BROKEN", p2p
+    assert "hung (ranks" in p2p["summary"] and "NCCL_P2P_DISABLE=1 worked" in p2p["summary"]
+    assert "iommu=pt" in p2p["remediation"] and "ACS" in p2p["remediation"]
+    assert "rank 1" in json.dumps(p2p["evidence"])
+    bandwidth = checks["test_allreduce_bandwidth"]
+    assert "measured with NCCL_P2P_DISABLE=1" in bandwidth["summary"]
+    assert elapsed < 12 + 60
+
+
+def test_p2p_slower_than_shared_memory_warns(tmp_path):
+    checks = run_checks(tmp_path, env={"PREFLIGHT_TEST_P2P": "slow"})
+    p2p = checks["test_nccl_p2p"]
+    assert p2p["status"] == "WARN" and p2p["code"] == "NCCL_P2P_SLOWER_THAN_SHM", p2p
+    assert "export NCCL_P2P_DISABLE=1" in p2p["remediation"]
+
+
+def test_both_runs_failing_names_what_each_rank_logged(tmp_path):
+    checks = run_checks(tmp_path, env={"PREFLIGHT_TEST_P2P": "crash-always"})
+    p2p = checks["test_nccl_p2p"]
+    assert p2p["status"] == "FAIL" and p2p["code"] == "NCCL_ALLREDUCE_FAILED", p2p
+    evidence = json.dumps(p2p["evidence"])
+    assert "injected failure in every run" in evidence and "NCCL_P2P_DISABLE=1" in evidence
+
+
+def test_inherited_p2p_disable_that_costs_speed_warns(tmp_path):
+    checks = run_checks(tmp_path, env={"PREFLIGHT_TEST_P2P": "slow-off", "NCCL_P2P_DISABLE": "1"})
+    env_check = checks["test_nccl_environment"]
+    assert env_check["status"] == "WARN" and env_check["code"] == "NCCL_ENV_COSTS_SPEED", env_check
+    assert "NCCL_P2P_DISABLE=1" in env_check["summary"] and "costs" in env_check["summary"]
+    assert checks["test_nccl_p2p"]["status"] == "PASS"
