@@ -59,7 +59,7 @@ def test_expected_figure_far_above_the_measurement_fails(tmp_path):
 
 def test_hang_only_with_p2p_is_p2p_broken(tmp_path):
     started = time.monotonic()
-    checks = run_checks(tmp_path, "--preflight-launch-timeout", "12", env={"PREFLIGHT_TEST_P2P": "hang"})
+    checks = run_checks(tmp_path, "--preflight-launch-timeout", "30", env={"PREFLIGHT_TEST_P2P": "hang"})
     elapsed = time.monotonic() - started
     p2p = checks["test_nccl_p2p"]
     assert p2p["status"] == "FAIL" and p2p["code"] == "NCCL_P2P_BROKEN", p2p
@@ -68,7 +68,7 @@ def test_hang_only_with_p2p_is_p2p_broken(tmp_path):
     assert "rank 1" in json.dumps(p2p["evidence"])
     bandwidth = checks["test_allreduce_bandwidth"]
     assert "measured with NCCL_P2P_DISABLE=1" in bandwidth["summary"]
-    assert elapsed < 12 + 60
+    assert elapsed < 30 + 90
 
 
 def test_p2p_slower_than_shared_memory_warns(tmp_path):

@@ -4,8 +4,10 @@
 
 Per size: warm-up all-reduces, a correctness pass (every rank fills ``rank + 1``, the sum must be
 ``n(n+1)/2`` everywhere: exact in float32 for any realistic rank count), then timed iterations.
-On GPUs the timed block is bracketed by CUDA events after a barrier; on CPU (gloo, synchronous)
-by the wall clock after a barrier. Each rank's mean time is averaged across ranks (nccl-tests'
+The timed iterations run as a few trials, each started after a barrier and bracketed by CUDA
+events on GPUs or the wall clock on CPU (gloo is synchronous); a trial's time is the mean of its
+back-to-back calls, and the median trial is kept, so a burst of load from another process on the
+host does not decide the figure. Each rank's time is then averaged across ranks (nccl-tests'
 default ``-a 1``) before computing ``algbw = bytes / time`` and ``busbw = algbw * 2(n-1)/n``.
 Sizes that do not fit in free memory, or would overrun the time budget, are skipped and named.
 """
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import statistics
 import time
 from typing import Any
 
@@ -24,6 +27,7 @@ from preflight.workers.common import WorkerContext, worker_main
 ELEMENT_BYTES = 4  # float32
 TARGET_SIZE_S = 0.25  # timed iterations per size aim at about this long
 MEMORY_SHARE = 0.5  # never use more than half of what is free
+TRIALS = 5  # timed iterations are split in trials after a barrier each; the median trial is kept
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
@@ -64,8 +68,8 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
         correct = _check_values(ctx, buffer)
         warm_time = _slowest_rank(ctx, _timed(ctx, buffer, max(1, args.warmup)))  # every rank must agree on iters
         iters = int(min(args.iters, max(args.min_iters, math.ceil(TARGET_SIZE_S / max(warm_time, 1e-6)))))
-        local = _timed(ctx, buffer, iters)
-        mean = _mean_across_ranks(ctx, local)
+        trials = [_timed(ctx, buffer, per_trial) for per_trial in _split(iters, TRIALS)]
+        mean = _mean_across_ranks(ctx, statistics.median(trials))
         algbw = algbw_gbps(nbytes, mean)
         size = SizeResult(nbytes, mean, algbw, allreduce_busbw_gbps(algbw, ctx.world_size), correct)
         results.append({**size.as_dict(), "iters": iters})
@@ -81,6 +85,12 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
         "nccl_version": _nccl_version(ctx),
         "sweep_s": time.monotonic() - started,
     }
+
+
+def _split(iters: int, trials: int) -> list[int]:
+    """``iters`` iterations as up to ``trials`` near-equal trials: 20, 5 -> [4, 4, 4, 4, 4]."""
+    count = max(1, min(trials, iters))
+    return [iters // count + (1 if i < iters % count else 0) for i in range(count)]
 
 
 def _free_bytes(ctx: WorkerContext) -> int:
