@@ -342,3 +342,17 @@ def test_chart_template_escapes_labels() -> None:
     template = _environment().get_template("views/chart.html.j2")
     html = template.render(view=busbw_chart([run], None).as_dict())
     assert "<script>" not in html and "&lt;script&gt;" in html and "<polyline" in html
+
+
+def test_broken_p2p_with_the_workaround_already_set_is_a_warning() -> None:
+    env = {"NCCL_P2P_DISABLE": "1"}
+    verdict = judge_p2p(sweep("without NCCL_P2P_DISABLE", 0, status=RunStatus.HUNG), sweep("as-is", 20.0, env=env), H100,
+                        workaround_set=True)
+    assert verdict.status is Status.WARN and verdict.code == "NCCL_P2P_BROKEN"
+    assert "already sets NCCL_P2P_DISABLE" in verdict.summary
+
+
+def test_faster_workaround_already_set_passes() -> None:
+    verdict = judge_p2p(sweep("without NCCL_P2P_DISABLE", 10.0), sweep("as-is", 15.0, env={"NCCL_P2P_DISABLE": "1"}),
+                        workaround_set=True)
+    assert verdict.status is Status.PASS and "already set" in verdict.summary

@@ -135,8 +135,15 @@ def _evidence(*runs: SweepRun) -> dict[str, str]:
     return evidence
 
 
-def judge_p2p(p2p_on: SweepRun, p2p_off: SweepRun, expected: Expectation | None = None) -> Verdict:
-    """Compare a launch with P2P allowed against one with ``NCCL_P2P_DISABLE=1``."""
+def judge_p2p(
+    p2p_on: SweepRun, p2p_off: SweepRun, expected: Expectation | None = None, *, workaround_set: bool = False
+) -> Verdict:
+    """Compare a launch with P2P allowed against one with ``NCCL_P2P_DISABLE=1``.
+
+    ``workaround_set``: the job's own environment already sets ``NCCL_P2P_DISABLE`` (``p2p_off`` is the
+    as-is run), so broken P2P is a WARN: the job will run, at the measured cost, and the host still
+    needs fixing.
+    """
     on_works = p2p_on.ok and not p2p_on.wrong_sizes
     off_works = p2p_off.ok and not p2p_off.wrong_sizes
     metrics = _metrics(p2p_on, "p2p_on") + _metrics(p2p_off, "p2p_off")
@@ -158,14 +165,13 @@ def judge_p2p(p2p_on: SweepRun, p2p_off: SweepRun, expected: Expectation | None 
         )
     if not on_works:
         broken = "returned wrong values" if p2p_on.ok else _status_words(p2p_on)
-        return fail(
-            "NCCL_P2P_BROKEN",
-            f"all-reduce with GPU peer-to-peer {broken} on {gpus}, while NCCL_P2P_DISABLE=1 "
-            f"worked ({_peak_text(p2p_off)})",
-            P2P_REMEDIATION.format(cost=_cost_text(p2p_off, expected)),
-            metrics=metrics,
-            evidence=evidence,
-        )
+        summary = (f"all-reduce with GPU peer-to-peer {broken} on {gpus}, while NCCL_P2P_DISABLE=1 "
+                   f"worked ({_peak_text(p2p_off)})")
+        remediation = P2P_REMEDIATION.format(cost=_cost_text(p2p_off, expected))
+        if workaround_set:
+            return warn("NCCL_P2P_BROKEN", summary + "; the job's environment already sets NCCL_P2P_DISABLE, so it "
+                        "will run at that speed", remediation, metrics=metrics, evidence=evidence)
+        return fail("NCCL_P2P_BROKEN", summary, remediation, metrics=metrics, evidence=evidence)
     if not off_works:
         return warn(
             "NCCL_P2P_DISABLED_FAILS",
@@ -177,11 +183,11 @@ def judge_p2p(p2p_on: SweepRun, p2p_off: SweepRun, expected: Expectation | None 
             metrics=metrics,
             evidence=evidence,
         )
-    return _compare_speeds(p2p_on, p2p_off, metrics, evidence)
+    return _compare_speeds(p2p_on, p2p_off, metrics, evidence, workaround_set)
 
 
 def _compare_speeds(
-    p2p_on: SweepRun, p2p_off: SweepRun, metrics: tuple[Metric, ...], evidence: dict[str, str]
+    p2p_on: SweepRun, p2p_off: SweepRun, metrics: tuple[Metric, ...], evidence: dict[str, str], workaround_set: bool
 ) -> Verdict:
     """Both runs worked: is P2P-off clearly faster over the sizes both measured?"""
     common = sorted({s.bytes for s in p2p_on.sizes} & {s.bytes for s in p2p_off.sizes})
@@ -190,6 +196,9 @@ def _compare_speeds(
     on_peak = max(p2p_on.busbw_at(n) or 0.0 for n in common)
     off_peak = max(p2p_off.busbw_at(n) or 0.0 for n in common)
     both = f"P2P enabled {on_peak:.1f} GB/s, NCCL_P2P_DISABLE=1 {off_peak:.1f} GB/s busbw peak on {p2p_on.world_size} GPUs"
+    if on_peak > 0 and off_peak >= on_peak * CLEARLY_FASTER and workaround_set:
+        return passed(f"{both}: NCCL_P2P_DISABLE=1, already set in the job's environment, is the faster choice here",
+                      metrics=metrics, evidence=evidence)
     if on_peak > 0 and off_peak >= on_peak * CLEARLY_FASTER:
         gain = off_peak / on_peak - 1
         return warn(

@@ -15,7 +15,12 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-FAMILIES = ("P2P", "SHM", "NET", "NVLS", "COLLNET")
+
+
+def transport_family(transport: str) -> str:
+    """``P2P/CUMEM/read`` -> ``P2P``; ``COLLNET/SHARP/0`` -> ``COLLNET``; an unknown first word as written."""
+    head = transport.split("/", 1)[0].strip().upper()
+    return "COLLNET" if head in ("COLLNET", "COLL") else head
 
 
 class NcclLogError(ValueError):
@@ -38,8 +43,7 @@ class Connection:
     @property
     def family(self) -> str:
         """``P2P``, ``SHM``, ``NET``, ``NVLS`` or ``COLLNET`` (another first word as written)."""
-        head = self.transport.split("/", 1)[0].strip().upper()
-        return "COLLNET" if head in ("COLLNET", "COLL") else head
+        return transport_family(self.transport)
 
     @property
     def mechanism(self) -> str:
@@ -167,7 +171,7 @@ class PairTransport:
     @property
     def families(self) -> tuple[str, ...]:
         """Transport families used by this pair, sorted."""
-        return tuple(sorted({Connection(0, 0, 0, None, None, None, t, 0).family for t in self.transports}))
+        return tuple(sorted({transport_family(t) for t in self.transports}))
 
 
 _NCCL_MARK = re.compile(r"\bNCCL (?:INFO|WARN|TRACE)\b")
