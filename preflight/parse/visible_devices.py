@@ -202,7 +202,8 @@ class VisibleDevices:
     setting: VisibleDevicesSetting
     order: DeviceOrder
     gpus: tuple[VisibleGpu, ...]
-    certain: bool  # False when CUDA's choice cannot be derived from NVML with certainty
+    certain: bool  # False when CUDA's choice or order cannot be derived from NVML with certainty
+    count_certain: bool  # False when even the number of devices cannot be (MIG)
     problems: tuple[str, ...]  # the setting's problems plus those found against the GPU list
     notes: tuple[str, ...]  # why the answer is uncertain
 
@@ -256,7 +257,7 @@ def resolve_visible_devices(
         if len(chosen) > 1:
             notes.append(f"{len(chosen)} MIG devices named, but a CUDA process enumerates only the first one")
             chosen = chosen[:1]
-    certain = True
+    certain = count_certain = True
     if uses_order and not order_certain and chosen:
         certain = False
         notes.append(
@@ -265,10 +266,10 @@ def resolve_visible_devices(
         )
     mig_parents = sorted({v.gpu.nvml_index for v in chosen if v.gpu.mig_enabled and v.mig_uuid is None})
     if mig_parents and setting.kind is not SelectorKind.MIG_UUID:
-        certain = False
+        certain = count_certain = False
         listed = ", ".join(str(i) for i in mig_parents)
         notes.append(f"MIG is enabled on GPU {listed}: CUDA shows MIG devices there, not the GPU, and only one per process")
-    return VisibleDevices(setting, order, tuple(chosen), certain, tuple(problems), tuple(notes))
+    return VisibleDevices(setting, order, tuple(chosen), certain, count_certain, tuple(problems), tuple(notes))
 
 
 def _pick_by_uuid(

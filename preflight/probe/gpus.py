@@ -92,6 +92,7 @@ class GpuInfo:
     temperature_c: int | Absent
     processes: tuple[GpuProcess, ...] | Absent
     query_errors: Mapping[str, str] = field(default_factory=dict)
+    gpu_lost: bool = False  # some query answered NVML_ERROR_GPU_IS_LOST
 
     @property
     def label(self) -> str:
@@ -156,6 +157,7 @@ class GpuInfo:
                 for p in self.processes
             ],
             "query_errors": dict(self.query_errors),
+            "gpu_lost": self.gpu_lost,
         }
 
 
@@ -226,7 +228,12 @@ def _ask(errors: dict[str, str], name: str, query: Callable[[], T]) -> T | Absen
         return query()
     except NvmlQueryError as exc:
         errors[name] = str(exc)
+        if exc.gpu_lost:
+            errors[_LOST] = exc.nvml_error
         return QUERY_FAILED
+
+
+_LOST = "gpu_lost"
 
 
 def _gather_gpu(backend: NvmlBackend, i: int) -> GpuInfo:
@@ -265,5 +272,6 @@ def _gather_gpu(backend: NvmlBackend, i: int) -> GpuInfo:
         clock_event_reasons=ask("clock_event_reasons", lambda: backend.clock_event_reasons(i)),
         temperature_c=ask("temperature_c", lambda: backend.temperature(i)),
         processes=ask("processes", lambda: backend.compute_processes(i)),
+        gpu_lost=errors.pop(_LOST, None) is not None,
         query_errors=errors,
     )

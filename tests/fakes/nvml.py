@@ -245,12 +245,15 @@ class FakeLibrary:
     def nvmlDeviceGetMaxPcieLinkWidth(self, handle: Any) -> int:
         return self._gpu(handle, "nvmlDeviceGetMaxPcieLinkWidth")[1].pcie_max[1]
 
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
-        slot, _ = self._gpu(handle, "nvmlDeviceGetCurrentClocksEventReasons")
+    def _reasons(self, handle: Any, function: str) -> int:
+        slot, _ = self._gpu(handle, function)
         return (0 if self.under_load else IDLE_REASON) | self.faults.clock_reasons.get(slot, 0)
 
+    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: Any) -> int:
+        return self._reasons(handle, "nvmlDeviceGetCurrentClocksEventReasons")
+
     def nvmlDeviceGetCurrentClocksThrottleReasons(self, handle: Any) -> int:
-        return self.nvmlDeviceGetCurrentClocksEventReasons(handle)
+        return self._reasons(handle, "nvmlDeviceGetCurrentClocksThrottleReasons")
 
     def nvmlDeviceGetTemperature(self, handle: Any, sensor: int) -> int:
         slot, _ = self._gpu(handle, "nvmlDeviceGetTemperature")
