@@ -14,6 +14,7 @@ from preflight.probe.gpus import decode_clock_event_reasons, gather_inventory
 from preflight.probe.nvml import (
     NOT_SUPPORTED,
     P2P_CAPS_NVLINK,
+    GpuProcess,
     P2P_CAPS_READ,
     QUERY_FAILED,
     NvmlBackend,
@@ -144,6 +145,29 @@ class OldDriverLibrary(FakeLibrary):
 def test_old_driver_falls_back_to_throttle_reasons() -> None:
     backend = PynvmlBackend(library=OldDriverLibrary(PROFILES["8x-v100-sxm2"], Faults(clock_reasons={0: 0x40})))
     assert backend.clock_event_reasons(0) == 0x41
+
+
+class PreV3ProcessesLibrary(FakeLibrary):
+    """An old driver: the unversioned (v3) process query raises pynvml's mismatch error."""
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[object]:
+        raise pynvml.NVMLLibraryMismatchError("Unversioned function called")
+
+    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: object) -> list[object]:
+        return super().nvmlDeviceGetComputeRunningProcesses(handle)
+
+
+def test_old_driver_processes_come_from_the_v2_call() -> None:
+    library = PreV3ProcessesLibrary(PROFILES["1x-a10g"], Faults(processes={0: ((31, 100),)}))
+    processes = PynvmlBackend(library=library).compute_processes(0)
+    assert processes == (GpuProcess(31, 100 * 1024 * 1024),)
+
+
+def test_function_missing_from_the_bindings_is_not_supported() -> None:
+    class Bare(FakeLibrary):
+        nvmlDeviceGetTemperature = None
+
+    assert PynvmlBackend(library=Bare(PROFILES["1x-a10g"], Faults())).temperature(0) is NOT_SUPPORTED
 
 
 def test_lost_gpu_is_a_failed_query_not_a_crash() -> None:

@@ -279,10 +279,17 @@ class PynvmlBackend:
     def _call(self, function: str, *args: Any) -> Any:
         """Call ``pynvml.<function>(*args)``; NVML errors become :class:`NvmlQueryError`."""
         lib = self._lib()
+        call = getattr(lib, function, None)
+        if call is None:
+            raise NvmlQueryError(function, "not in this nvidia-ml-py", _ERR_FUNCTION_NOT_FOUND)
+        # Unversioned process queries raise NVMLLibraryMismatchError (not an NVMLError) on old drivers.
+        mismatch = getattr(lib, "NVMLLibraryMismatchError", lib.NVMLError)
         try:
-            return getattr(lib, function)(*args)
+            return call(*args)
         except lib.NVMLError as exc:
             raise NvmlQueryError(function, str(exc), _error_code(exc)) from exc
+        except mismatch as exc:
+            raise NvmlQueryError(function, str(exc), _ERR_FUNCTION_NOT_FOUND) from exc
 
     def _query(self, function: str, *args: Any, absent_codes: tuple[int, ...] = ()) -> Any:
         """Like :meth:`_call`, but "not supported" (and ``absent_codes``) give NOT_SUPPORTED."""
@@ -423,7 +430,10 @@ class PynvmlBackend:
 
     def compute_processes(self, index: int) -> tuple[GpuProcess, ...] | Absent:
         """Compute processes with a context on the GPU (``nvidia-smi --query-compute-apps``)."""
-        value = self._query("nvmlDeviceGetComputeRunningProcesses", self._handle(index))
+        handle = self._handle(index)
+        value = self._query("nvmlDeviceGetComputeRunningProcesses", handle)
+        if isinstance(value, Absent):  # drivers before the v3 struct answer the v2 call
+            value = self._query("nvmlDeviceGetComputeRunningProcesses_v2", handle)
         return self._map(
             value,
             lambda procs: tuple(

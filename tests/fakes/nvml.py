@@ -79,6 +79,7 @@ class FakeLibrary:
     """The subset of the ``pynvml`` module that ``PynvmlBackend`` calls, over a ServerSpec."""
 
     NVMLError = pynvml.NVMLError
+    NVMLLibraryMismatchError = pynvml.NVMLLibraryMismatchError
 
     def __init__(self, spec: ServerSpec, faults: Faults, under_load: bool = False) -> None:
         self.spec = spec
