@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
-from preflight.outcome import Verdict, error, fail, passed, skip, warn
+from preflight.outcome import Status, Verdict, View, error, fail, passed, skip, warn
 from preflight.probe.gpus import MIB, THROTTLE_REASON_BITS, GpuInfo, Inventory, decode_clock_event_reasons
 from preflight.probe.nvml import Absent
 
@@ -276,3 +276,19 @@ def judge_gpu_models(gpus: Sequence[GpuInfo]) -> Verdict:
         "in DDP/FSDP every step waits for the slowest GPU and memory is limited by the smallest.",
     )
 
+
+
+def gpu_table(gpus: Sequence[GpuInfo], verdicts: Sequence[Sequence[Verdict]]) -> View:
+    """The GPU table for the report; rows of GPUs with a WARN/FAIL/ERROR are highlighted."""
+    bad = {Status.WARN, Status.FAIL, Status.ERROR}
+    rows: list[list[object]] = []
+    highlight: list[int] = []
+    columns: list[str] = []
+    for position, (gpu, found) in enumerate(zip(gpus, verdicts, strict=True)):
+        row = gpu.table_row()
+        columns = [*row, "problems"]
+        problems = [v.code or v.status.value for v in found if v.status in bad]
+        rows.append([*row.values(), ", ".join(problems) or "none"])
+        if problems:
+            highlight.append(position)
+    return View(kind="table", title="GPUs (NVML order)", data={"columns": columns, "rows": rows, "highlight": highlight})

@@ -119,6 +119,32 @@ class GpuInfo:
             mig_uuids=() if isinstance(self.mig_devices, Absent) else self.mig_devices,
         )
 
+    def table_row(self) -> dict[str, str | int]:
+        """One flat row of the GPU table (what ``nvidia-smi`` shows, plus the health counters)."""
+
+        def text(value: Any, render: Callable[[Any], str] = str) -> str:
+            return str(value) if isinstance(value, Absent) else render(value)
+
+        rows = self.remapped_rows
+        return {
+            "gpu": self.index,
+            "name": text(self.name),
+            "bus_id": text(self.pci_bus_id),
+            "memory_mib": f"{_mib(self.memory_used)} / {_mib(self.memory_total)}",
+            "cc": text(self.compute_capability, lambda cc: f"{cc[0]}.{cc[1]}"),
+            "persistence": text(self.persistence_mode, lambda on: "on" if on else "off"),
+            "mig": text(self.mig_enabled, lambda on: "on" if on else "off"),
+            "ecc_uncorrected": f"{text(self.ecc_uncorrected_volatile)} / {text(self.ecc_uncorrected_aggregate)}",
+            "memory_repairs": text(rows, lambda r: "failed" if r.failed else "pending" if r.pending else "ok")
+            if not isinstance(rows, Absent)
+            else text(self.retired_pages_pending, lambda p: "retirement pending" if p else "ok"),
+            "pcie": f"{text(self.pcie_current, lambda l: f'Gen{l[0]} x{l[1]}')} of "
+            f"{text(self.pcie_max, lambda l: f'Gen{l[0]} x{l[1]}')}",
+            "temp_c": text(self.temperature_c),
+            "clock_reasons": text(self.clock_event_names, lambda names: ", ".join(names) or "none"),
+            "processes": text(self.processes, lambda procs: str(len(procs))),
+        }
+
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON for the report (memory in MiB, "not supported"/"query failed" as text)."""
         rows = self.remapped_rows
