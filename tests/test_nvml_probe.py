@@ -12,6 +12,7 @@ import pytest
 
 from preflight.probe.gpus import decode_clock_event_reasons, gather_inventory
 from preflight.probe.nvml import (
+    NO_PERMISSION,
     NOT_SUPPORTED,
     P2P_CAPS_NVLINK,
     GpuProcess,
@@ -140,6 +141,20 @@ class OldDriverLibrary(FakeLibrary):
 
     def nvmlDeviceGetCurrentClocksEventReasons(self, handle: object) -> int:
         raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
+
+
+class NoPermissionLibrary(FakeLibrary):
+    """A MIG GPU queried by a non-root user: the process list is refused."""
+
+    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[object]:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+
+
+def test_no_permission_is_a_value_too() -> None:
+    backend = PynvmlBackend(library=NoPermissionLibrary(PROFILES["4x-a100-sxm-mixed-mig"], Faults()))
+    inventory = gather_inventory(backend)
+    assert inventory.gpus[0].processes is NO_PERMISSION and inventory.gpus[0].query_errors == {}
+    assert inventory.as_dict()["gpus"][0]["processes"] == "no permission"
 
 
 def test_old_driver_falls_back_to_throttle_reasons() -> None:

@@ -115,9 +115,10 @@ def judge_ecc(gpu: GpuInfo) -> Verdict:
     if failed:
         return failed
     volatile, aggregate = gpu.ecc_uncorrected_volatile, gpu.ecc_uncorrected_aggregate
-    if gpu.ecc_enabled is not True or isinstance(volatile, Absent):
-        state = "off" if gpu.ecc_enabled is False else "not supported"
-        return skip(f"{gpu.label}: ECC is {state}, so there are no error counters to read")
+    if gpu.ecc_enabled is False:
+        return skip(f"{gpu.label}: ECC is off, so there are no error counters to read")
+    if isinstance(volatile, Absent):
+        return skip(f"{gpu.label}: ECC error counters: {volatile}")
     if volatile > 0:
         return fail(
             "GPU_ECC_UNCORRECTABLE",
@@ -173,8 +174,10 @@ def judge_mig(gpu: GpuInfo) -> Verdict:
     failed = _query_failed(gpu, "mig_mode")
     if failed:
         return failed
-    if isinstance(gpu.mig_enabled, Absent):
+    if gpu.mig_enabled is Absent.NOT_SUPPORTED:
         return passed(f"{gpu.label}: MIG not supported, whole GPU")
+    if isinstance(gpu.mig_enabled, Absent):
+        return skip(f"{gpu.label}: MIG mode: {gpu.mig_enabled}")
     fix = (
         f"If the job needs the whole GPU: `sudo nvidia-smi -i {gpu.index} -mig 0`, then reset it "
         f"(`sudo nvidia-smi -r -i {gpu.index}`) or reboot."
@@ -197,7 +200,7 @@ def judge_persistence(gpu: GpuInfo) -> Verdict:
     if failed:
         return failed
     if isinstance(gpu.persistence_mode, Absent):
-        return skip(f"{gpu.label}: persistence mode is not reported here")
+        return skip(f"{gpu.label}: persistence mode: {gpu.persistence_mode}")
     if not gpu.persistence_mode:
         return warn(
             "GPU_PERSISTENCE_OFF",
@@ -215,7 +218,7 @@ def judge_throttling(gpu: GpuInfo) -> Verdict:
         return failed
     reasons = gpu.clock_event_reasons
     if isinstance(reasons, Absent):
-        return skip(f"{gpu.label}: clock event reasons are not reported here")
+        return skip(f"{gpu.label}: clock event reasons: {reasons}")
     held = reasons & THROTTLE_REASON_BITS
     if held:
         names = ", ".join(decode_clock_event_reasons(held))

@@ -11,7 +11,8 @@ Rules every implementation follows:
   ordinal; joins with CUDA go through UUID or PCI bus id.
 - "Not supported on this GPU" (``NVML_ERROR_NOT_SUPPORTED``) and "this driver lacks the
   function" (``NVML_ERROR_FUNCTION_NOT_FOUND``) are the value :data:`NOT_SUPPORTED`, never an
-  exception. Any other NVML error raises :class:`NvmlQueryError` naming the call.
+  exception; a per-GPU query refused for lack of permission is :data:`NO_PERMISSION`. Any other
+  NVML error raises :class:`NvmlQueryError` naming the call.
 - NVML is initialised lazily, once, under a lock. When it cannot start, every query raises the
   same :class:`NvmlUnavailableError`, whose message names the likely cause.
 """
@@ -32,6 +33,7 @@ class Absent(enum.Enum):
     """Why a fact has no value: the GPU/driver cannot report it, or the query failed."""
 
     NOT_SUPPORTED = "not supported"
+    NO_PERMISSION = "no permission"  # e.g. process lists of a MIG GPU for a non-root user
     QUERY_FAILED = "query failed"
 
     def __str__(self) -> str:
@@ -39,6 +41,7 @@ class Absent(enum.Enum):
 
 
 NOT_SUPPORTED = Absent.NOT_SUPPORTED
+NO_PERMISSION = Absent.NO_PERMISSION
 QUERY_FAILED = Absent.QUERY_FAILED
 
 # pynvml spells ``NVML_P2P_CAPS_INDEX_READ = 0,`` (a tuple, trailing comma), which ctypes rejects,
@@ -298,6 +301,8 @@ class PynvmlBackend:
         except NvmlQueryError as exc:
             if exc.code in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND, *absent_codes):
                 return NOT_SUPPORTED
+            if exc.code == _ERR_NO_PERMISSION:
+                return NO_PERMISSION
             raise
 
     def _handle(self, index: int) -> Any:
@@ -432,7 +437,7 @@ class PynvmlBackend:
         """Compute processes with a context on the GPU (``nvidia-smi --query-compute-apps``)."""
         handle = self._handle(index)
         value = self._query("nvmlDeviceGetComputeRunningProcesses", handle)
-        if isinstance(value, Absent):  # drivers before the v3 struct answer the v2 call
+        if value is NOT_SUPPORTED:  # drivers before the v3 struct answer the v2 call
             value = self._query("nvmlDeviceGetComputeRunningProcesses_v2", handle)
         return self._map(
             value,
