@@ -29,18 +29,12 @@ from preflight.judge.sizing import (
 )
 from preflight.outcome import Metric, Verdict, View, fail, passed, warn
 from preflight.parse.quantity import Headroom, format_bytes, format_param_count
+from preflight.probe.gpu_memory import GpuMemory
+
+__all__ = ["DEFAULT_HEADROOM", "FitPlan", "GpuMemory", "StrategyFit", "judge_memory_fit", "plan_as_dict",
+           "plan_lines", "plan_memory_fit", "strategy_view"]
 
 DEFAULT_HEADROOM = Headroom(fraction=Decimal("0.2"))
-
-
-@dataclass(frozen=True, slots=True)
-class GpuMemory:
-    """One GPU's memory as the sizing needs it."""
-
-    index: int
-    name: str
-    total_bytes: int
-    used_bytes: int = 0
 
 
 @dataclass(frozen=True, slots=True)
