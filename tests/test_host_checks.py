@@ -150,3 +150,21 @@ def test_preflight_cli_runs_the_memory_fit(tmp_path: Path) -> None:
     assert result.returncode in (0, 1), result.stdout + result.stderr
     report = json.loads((tmp_path / "r" / "preflight.json").read_text())
     assert {c["name"] for c in report["checks"]} == {"test_memory_fit", "test_checkpoint_disk"}
+
+
+@pytest.mark.parametrize(
+    "cli",
+    [["--model-params", "7B"], ["--bytes-per-param", "16"], ["--bytes-per-param", "weights=2,gradients=2"],
+     ["--largest-layer-params", "131072000"], ["--headroom", "12.5%"], ["--headroom", "10GiB"],
+     ["--checkpoint-dir", "/data/ckpt"]],
+)
+def test_cli_hands_host_options_to_pytest_unchanged(cli: list[str]) -> None:
+    """The CLI passes parsed values on as ``--preflight-NAME=str(value)``; they must parse back equal."""
+    from preflight.cli import build_parser, pytest_argv
+    from preflight.fixtures.host import OPTIONS
+
+    args = build_parser().parse_args(cli)
+    option = next(o for o in OPTIONS if f"--{o.name}" == cli[0])
+    flag = next(a for a in pytest_argv(args, []) if a.startswith(option.pytest_flag + "="))
+    text = flag.split("=", 1)[1]
+    assert (option.type(text) if option.type else text) == getattr(args, option.dest)

@@ -134,7 +134,9 @@ def test_bytes_per_param_named_parts_keep_other_defaults() -> None:
         ("0", "greater than zero"),
         ("-2", "negative"),
         ("abc", "not a number"),
-        ("nan", "not a finite"),
+        ("nan", "not a number"),
+        ("inf", "not a number"),
+        ("1/0", "not a number"),
         ("2000", "more than 1000"),
         ("adam=8", "is not one of"),
         ("weights", "not a number"),
@@ -146,6 +148,13 @@ def test_bytes_per_param_named_parts_keep_other_defaults() -> None:
 def test_bad_bytes_per_param(text: str, message: str) -> None:
     with pytest.raises(QuantityError, match=message):
         parse_bytes_per_param(text)
+
+
+@pytest.mark.parametrize("text", ["18", "16", "weights=2,gradients=2", "master=0", "12.5", "weights=16/9"])
+def test_bytes_per_param_text_round_trips(text: str) -> None:
+    """The preflight CLI hands parsed options to pytest as ``str(value)``: it must read back the same."""
+    split = parse_bytes_per_param(text)
+    assert parse_bytes_per_param(str(split)) == split
 
 
 def test_unknown_strategy_and_zero_gpus() -> None:

@@ -125,6 +125,13 @@ def test_headroom_percentage_and_size() -> None:
     assert parse_headroom("10GB").describe() == "10.00 GB"
 
 
+@pytest.mark.parametrize("text", ["20%", "0%", "12.5%", "10GB", "81559MiB", "0.5 KB"])
+def test_headroom_text_round_trips(text: str) -> None:
+    """The preflight CLI hands parsed options to pytest as ``str(value)``: it must read back the same."""
+    headroom = parse_headroom(text)
+    assert parse_headroom(str(headroom)) == headroom
+
+
 @pytest.mark.parametrize("text", ["100%", "120%", "-5%", "abc%", "nan%", "10"])
 def test_bad_headroom(text: str) -> None:
     with pytest.raises(QuantityError):

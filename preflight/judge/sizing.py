@@ -40,7 +40,6 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from decimal import Decimal, InvalidOperation
 from fractions import Fraction
 
 from preflight.parse.quantity import QuantityError
@@ -115,6 +114,10 @@ class BytesPerParam:
         """``18 bytes/param (weights 2 + master 4 + optimizer 8 + gradients 4)``."""
         parts = " + ".join(f"{name} {_number(self.part(name))}" for name in COMPONENTS)
         return f"{_number(self.total)} bytes/param ({parts})"
+
+    def __str__(self) -> str:
+        """The exact spec ``parse_bytes_per_param`` reads back (the CLI hands options on as text)."""
+        return ",".join(f"{name}={self.part(name)}" for name in COMPONENTS)
 
     def as_dict(self) -> dict[str, float]:
         """JSON form: each part and the total, as numbers."""
@@ -242,18 +245,16 @@ def _gather_bytes(name: str, *, params: int, split: BytesPerParam, largest_layer
 
 
 def _non_negative(text: str, *, what: str) -> Fraction:
-    """A finite number >= 0 as an exact fraction."""
+    """A finite number >= 0 as an exact fraction (``2``, ``1.5``, ``16/9``)."""
     try:
-        value = Decimal(text.strip())
-    except InvalidOperation:
+        value = Fraction(text.strip())
+    except (ValueError, ZeroDivisionError):
         raise QuantityError(f"{what} {text.strip()!r} is not a number") from None
-    if not value.is_finite():
-        raise QuantityError(f"{what} {text.strip()!r} is not a finite number")
     if value < 0:
         raise QuantityError(f"{what} {text.strip()!r} must not be negative")
     if value > 1000:
         raise QuantityError(f"{what} {text.strip()!r} is more than 1000 bytes per parameter; check the number")
-    return Fraction(value)
+    return value
 
 
 def _number(value: Fraction) -> str:

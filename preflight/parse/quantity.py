@@ -68,6 +68,13 @@ class Headroom:
         if self.fraction is not None and not Decimal(0) <= self.fraction < Decimal(1):
             raise QuantityError(f"headroom must be at least 0% and below 100%, got {self.fraction * 100}%")
 
+    def __str__(self) -> str:
+        """The exact text ``parse_headroom`` reads back (the CLI hands options on as text)."""
+        if self.absolute_bytes is not None:
+            return f"{self.absolute_bytes}B"
+        assert self.fraction is not None
+        return f"{_plain(self.fraction * 100)}%"
+
     def bytes_of(self, gpu_total_bytes: int) -> int:
         """The headroom in bytes for a GPU of ``gpu_total_bytes``."""
         if self.absolute_bytes is not None:
