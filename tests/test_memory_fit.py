@@ -245,3 +245,12 @@ def test_plan_dict_and_lines() -> None:
     text = "\n".join(plan_lines(plan))
     assert "126.00 GB" in text and "Recommended: ZeRO-1" in text
     assert "largest layer: 131.072M parameters" in text
+
+
+def test_verdict_fail_names_memory_already_used() -> None:
+    cards = gpus(8)
+    cards[3] = GpuMemory(index=3, name="NVIDIA H100 80GB HBM3", total_bytes=80 * GB, used_bytes=70 * GB)
+    verdict = judge_memory_fit(plan_memory_fit(params=7 * GB, gpus=cards))
+    assert verdict.status is Status.FAIL
+    assert "no memory usable (GPU 3 (NVIDIA H100 80GB HBM3) is the tightest, 70.00 GB already in use)" in verdict.summary
+    assert verdict.remediation is not None and verdict.remediation.startswith("Free the memory already used on GPU 3")

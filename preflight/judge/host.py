@@ -124,7 +124,7 @@ def judge_cpu_memory(facts: CpuMemoryFacts, ranks: int) -> Verdict:
     if facts.cgroup_cpu_limit is not None:
         limited.append(f"cgroup CPU quota {facts.cgroup_cpu_limit:g}")
     summary = (f"{cpus} CPU cores and {_gib(ram)} RAM for {ranks} rank{'s' if ranks > 1 else ''}: "
-               f"{per_rank_cpus:g} cores and {_gib(per_rank_ram)} per rank"
+               f"{per_rank_cpus:g} core{'' if per_rank_cpus == 1 else 's'} and {_gib(per_rank_ram)} per rank"
                + (f" ({', '.join(limited)})" if limited else ""))
     metrics = (Metric("cpu_cores_per_rank", round(per_rank_cpus, 2), "cores"),
                Metric("ram_bytes_per_rank", per_rank_ram, "B"))

@@ -36,6 +36,9 @@ __all__ = ["DEFAULT_HEADROOM", "FitPlan", "GpuMemory", "StrategyFit", "judge_mem
 
 DEFAULT_HEADROOM = Headroom(fraction=Decimal("0.2"))
 
+USED_WORTH_NAMING = 10**9
+"""Memory already used on a GPU that the summary names (other processes, a leftover run)."""
+
 
 @dataclass(frozen=True, slots=True)
 class StrategyFit:
@@ -128,7 +131,9 @@ def judge_memory_fit(plan: FitPlan) -> Verdict:
     """PASS when DDP fits, WARN when only a sharded strategy does, FAIL when nothing fits."""
     model = f"{format_param_count(plan.params)} parameters at {plan.split.describe()}"
     where = f"{len(plan.gpus)} x {plan.tightest.name or format_bytes(plan.tightest.total_bytes) + ' GPU'}"
-    room = f"{format_bytes(plan.available_bytes)} usable per GPU ({_gpu_label(plan.tightest)} is the tightest)"
+    room = (
+        f"{format_bytes(plan.available_bytes)} usable per GPU" if plan.available_bytes > 0 else "no memory usable"
+    ) + f" ({_gpu_label(plan.tightest)} is the tightest{_used_note(plan.tightest)})"
     extra: dict[str, Any] = {
         "metrics": _metrics(plan),
         "views": (strategy_view(plan),),
@@ -156,6 +161,11 @@ def judge_memory_fit(plan: FitPlan) -> Verdict:
         if needed
         else "No number of these GPUs holds it: offload to CPU/NVMe, use larger GPUs, or a smaller model."
     )
+    if plan.tightest.used_bytes >= USED_WORTH_NAMING:
+        remedy = (
+            f"Free the memory already used on {_gpu_label(plan.tightest)} (`nvidia-smi` lists the processes "
+            f"holding it) or leave that GPU out with CUDA_VISIBLE_DEVICES. Otherwise: {remedy}"
+        )
     smallest = min(plan.strategies, key=lambda fit: fit.need.bytes_per_gpu).need
     return fail(
         "MEMORY_FIT_NONE",
@@ -289,6 +299,11 @@ def _available(gpu: GpuMemory, headroom: Headroom) -> int:
 def _fit(plan: FitPlan, name: str) -> StrategyFit:
     """The row of one strategy."""
     return next(fit for fit in plan.strategies if fit.need.name == name)
+
+
+def _used_note(gpu: GpuMemory) -> str:
+    """``, 75.16 GB already in use`` when other processes hold a noticeable amount."""
+    return f", {format_bytes(gpu.used_bytes)} already in use" if gpu.used_bytes >= USED_WORTH_NAMING else ""
 
 
 def _gpu_label(gpu: GpuMemory) -> str:
