@@ -17,6 +17,7 @@ from preflight.judge.host_session import (
     judge_pcie_evidence,
     judge_rendezvous_port,
     judge_session,
+    pcie_evidence,
 )
 from preflight.outcome import Status
 from preflight.parse.lspci_acs import AcsControl, AcsReport
@@ -303,3 +304,13 @@ def test_pcie_evidence_passthrough_without_lspci() -> None:
 
 def test_pcie_nothing_readable_skips() -> None:
     assert judge_pcie_evidence(pcie(None, None, None, "lspci: not found on PATH")).status is Status.SKIP
+
+
+def test_pcie_evidence_for_p2p_checks() -> None:
+    control = AcsControl("40:01.1", "PCI bridge", {"ReqRedir": True}, "ACSCtl: ReqRedir+")
+    facts = PcieFacts("amd_iommu=on pci=noacs", {"amd_iommu": "on", "pci": "noacs"}, 40, AcsReport(5, (control,), 0),
+                      None, "40:01.1 PCI bridge\n    ACSCtl: ReqRedir+")
+    evidence = pcie_evidence(facts)
+    assert evidence["iommu"] == "mode translated; IOMMU kernel parameters: amd_iommu=on pci=noacs; IOMMU groups: 40"
+    assert "ReqRedir+" in evidence["lspci ACSCtl"]
+    assert pcie_evidence(pcie(None, None, None, "lspci: not found on PATH"))["lspci ACSCtl"] == "lspci: not found on PATH"

@@ -58,16 +58,17 @@ def build_parser() -> argparse.ArgumentParser:
         prog="preflight size",
         description="Model-state memory per GPU for DDP, ZeRO-1/2/3 and FSDP, before activations.",
     )
-    parser.add_argument("--model-params", required=True, type=_checked(parse_param_count),
+    parser.add_argument("--model-params", required=True, type=_checked(parse_param_count), metavar="N",
                         help="model size: 7B, 7e9, 7000M, 1.5T, 350k")
-    parser.add_argument("--gpus", required=True, type=_checked(_gpu_count), help="number of GPUs (ranks)")
-    parser.add_argument("--gpu-memory", required=True, type=_checked(parse_memory_size),
+    parser.add_argument("--gpus", required=True, type=_checked(_gpu_count), metavar="N", help="number of GPUs (ranks)")
+    parser.add_argument("--gpu-memory", required=True, type=_checked(parse_memory_size), metavar="SIZE",
                         help="memory of one GPU: 80GB (10^9 bytes), 80GiB, 81559MiB")
-    parser.add_argument("--bytes-per-param", type=_checked(parse_bytes_per_param), default=None,
+    parser.add_argument("--bytes-per-param", type=_checked(parse_bytes_per_param), default=None, metavar="SPEC",
                         help="a total (16) or a split weights=2,master=4,optimizer=8,gradients=4 (default 18)")
-    parser.add_argument("--largest-layer-params", type=_checked(parse_param_count), default=None,
-                        help="parameters of the largest layer gathered by ZeRO-3/FSDP (default: 10%% of the model)")
-    parser.add_argument("--headroom", type=_checked(parse_headroom), default=DEFAULT_HEADROOM,
+    parser.add_argument("--largest-layer-params", type=_checked(parse_param_count), default=None, metavar="N",
+                        help="parameters of the largest layer gathered by ZeRO-3/FSDP "
+                        "(default: 10%% of the model, at most 2.5B)")
+    parser.add_argument("--headroom", type=_checked(parse_headroom), default=DEFAULT_HEADROOM, metavar="SIZE",
                         help="memory kept for activations: a percentage of each GPU (default 20%%) or a size")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     return parser

@@ -137,6 +137,18 @@ def judge_environment(env: Mapping[str, str], *, ranks: int, cores_per_rank: flo
                 evidence=evidence, details={"variables": [f.variable for f in findings]})
 
 
+def pcie_evidence(facts: PcieFacts) -> dict[str, str]:
+    """Evidence a peer-to-peer check attaches to its FAIL: kernel IOMMU parameters and ACSCtl lines."""
+    params = " ".join(f"{k}={v}" for k, v in facts.kernel_parameters.items()) or "none"
+    evidence = {"iommu": f"mode {facts.iommu_mode}; IOMMU kernel parameters: {params}; "
+                         f"IOMMU groups: {'unreadable' if facts.iommu_groups is None else facts.iommu_groups}"}
+    if facts.lspci_excerpt:
+        evidence["lspci ACSCtl"] = facts.lspci_excerpt
+    elif facts.lspci_problem:
+        evidence["lspci ACSCtl"] = facts.lspci_problem
+    return evidence
+
+
 def judge_pcie_evidence(facts: PcieFacts) -> Verdict:
     """Report IOMMU mode and ACS redirect as evidence; the P2P checks decide whether they hurt."""
     if facts.cmdline is None and facts.acs is None and facts.iommu_groups is None:
@@ -153,8 +165,6 @@ def judge_pcie_evidence(facts: PcieFacts) -> Verdict:
         parts.append(f"no ACS control reported by lspci ({facts.acs.devices} devices)")
     if facts.lspci_problem:
         parts.append(facts.lspci_problem)
-    evidence = {"kernel command line": facts.cmdline or "unreadable"}
-    if facts.lspci_excerpt:
-        evidence["lspci ACSCtl"] = facts.lspci_excerpt
+    evidence = {"kernel command line": facts.cmdline or "unreadable", **pcie_evidence(facts)}
     risky = facts.iommu_mode == "translated" or bool(facts.acs and facts.acs.redirecting)
     return passed("; ".join(parts), evidence=evidence, details={"p2p_risk": risky, "iommu_mode": facts.iommu_mode})
