@@ -92,3 +92,11 @@ def test_inherited_p2p_disable_that_costs_speed_warns(tmp_path):
     assert env_check["status"] == "WARN" and env_check["code"] == "NCCL_ENV_COSTS_SPEED", env_check
     assert "NCCL_P2P_DISABLE=1" in env_check["summary"] and "costs" in env_check["summary"]
     assert checks["test_nccl_p2p"]["status"] == "PASS"
+
+
+def test_expected_figure_comes_from_the_fake_machine(tmp_path):
+    checks = run_checks(tmp_path, "-p", "tests.fakes.nvml_plugin", "--fake-nvml=8x-h100-sxm", "-k", "bandwidth")
+    bandwidth = checks["test_allreduce_bandwidth"]
+    assert bandwidth["status"] == "PASS", bandwidth
+    assert "too small to compare with the 365 GB/s reference" in bandwidth["summary"]
+    assert "2x H100 SXM over NVSwitch" in json.dumps(bandwidth["evidence"])

@@ -26,7 +26,7 @@ from preflight.judge.nccl import (
 from preflight.judge.nccl_env import costly_nccl_variables, judge_nccl_env
 from preflight.outcome import Status
 from preflight.parse.nccl_tests import parse_nccl_tests
-from preflight.probe.gpu_links import probe_gpu_links
+from preflight.probe.gpu_links import gpu_links
 from preflight.probe.sweep import RankNote, RunStatus, SizeResult, SweepRun, env_flag_set
 
 MIB = 1 << 20
@@ -276,43 +276,27 @@ def test_classify_interconnect(name: str, gpus: int, nvlink: bool | None, gen: i
     assert classify_interconnect(name, gpus, nvlink, gen) is link
 
 
-class FakeNvml:
-    """Just what probe_gpu_links calls, for two bridged A40s on Gen4."""
+@pytest.mark.parametrize(
+    ("profile", "gpus", "nvlink", "gen", "figure"),
+    [("8x-h100-sxm", 8, True, 5, 475.0), ("8x-a100-sxm", 8, True, 4, 230.0), ("4x-a100-pcie-bridged", 4, False, 4, 25.0),
+     ("8x-l40s", 8, False, 4, 15.0), ("8x-v100-sxm2", 8, False, 3, None)],
+)
+def test_expected_figure_from_fake_machines(profile: str, gpus: int, nvlink: bool, gen: int, figure: float | None) -> None:
+    from tests.fakes.nvml import FakeNvml
 
-    NVML_P2P_CAPS_INDEX_NVLINK = 3
-    NVML_P2P_STATUS_OK = 0
-
-    def __init__(self, nvlink_status: int = 0, fail_init: bool = False) -> None:
-        self.nvlink_status, self.fail_init, self.shut = nvlink_status, fail_init, False
-
-    def nvmlInit(self) -> None:
-        if self.fail_init:
-            raise RuntimeError("NVML Shared Library Not Found")
-
-    def nvmlShutdown(self) -> None:
-        self.shut = True
-
-    def nvmlDeviceGetHandleByIndex(self, index: int) -> int:
-        return index
-
-    def nvmlDeviceGetName(self, handle: int) -> bytes:
-        return b"NVIDIA A40"
-
-    def nvmlDeviceGetP2PStatus(self, first: int, second: int, index: int) -> int:
-        assert index == self.NVML_P2P_CAPS_INDEX_NVLINK
-        return self.nvlink_status
-
-    def nvmlDeviceGetMaxPcieLinkGeneration(self, handle: int) -> int:
-        return 4
+    links = gpu_links(FakeNvml.from_profile(profile), list(range(gpus)))
+    assert (links.nvlink_all_pairs, links.pcie_gen) == (nvlink, gen)
+    interconnect = classify_interconnect(links.names[0], gpus, links.nvlink_all_pairs, links.pcie_gen)
+    expectation = expected_busbw(links.names[0], gpus, interconnect)
+    assert (expectation.busbw_gbps if expectation else None) == figure
 
 
-def test_probe_gpu_links_with_a_fake_nvml() -> None:
-    nvml = FakeNvml()
-    links = probe_gpu_links(2, nvml)
-    assert links is not None and links.names == ("NVIDIA A40", "NVIDIA A40") and links.nvlink_all_pairs and links.pcie_gen == 4
-    assert nvml.shut
-    assert probe_gpu_links(2, FakeNvml(nvlink_status=2)).nvlink_all_pairs is False
-    assert probe_gpu_links(2, FakeNvml(fail_init=True)) is None
+def test_bridged_pair_of_a_pcie_machine() -> None:
+    from tests.fakes.nvml import FakeNvml
+
+    links = gpu_links(FakeNvml.from_profile("4x-a100-pcie-bridged"), [0, 1])
+    assert links.nvlink_all_pairs is True
+    assert classify_interconnect(links.names[0], 2, True, links.pcie_gen) is Interconnect.NVLINK_BRIDGE
 
 
 # --- chart ----------------------------------------------------------------------------------------------

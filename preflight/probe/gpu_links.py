@@ -1,70 +1,67 @@
-"""How the GPUs of the job are linked, as far as the expected-busbw table needs it.
+"""How the job's GPUs are linked, as far as the expected-busbw table needs it.
 
-Two facts from NVML (module ``pynvml`` of the ``nvidia-ml-py`` distribution): whether every pair
-of GPUs reports NVLink peer-to-peer, and the lowest PCIe generation any GPU can reach in this
-system (``nvmlDeviceGetMaxPcieLinkGeneration`` already accounts for the slot; the *current*
-generation drops at idle and would mislead). Anything NVML cannot say is None, never an exception.
+Two facts from the session's NVML backend: whether every pair of GPUs reports NVLink
+peer-to-peer, and the lowest *maximum* PCIe generation of the GPUs (the current generation drops at
+idle and would mislead; the maximum already accounts for the slot). What NVML cannot say is None.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+
+from preflight.probe.nvml import P2P_CAPS_NVLINK, Absent, NvmlBackend
+
+P2P_STATUS_OK = 0
 
 
 @dataclass(frozen=True, slots=True)
 class GpuLinks:
-    """GPU names in index order, NVLink between every pair (None: unknown), min PCIe generation."""
+    """GPU names in the job's order, NVLink between every pair (None: unknown), min PCIe generation."""
 
     names: tuple[str, ...]
     nvlink_all_pairs: bool | None
     pcie_gen: int | None
 
 
-def probe_gpu_links(count: int, nvml: Any | None = None) -> GpuLinks | None:
-    """Facts for GPUs ``0..count-1``; None when NVML is unavailable (no driver, no GPU)."""
-    if nvml is None:
+def gpu_links(backend: NvmlBackend, indices: Sequence[int]) -> GpuLinks:
+    """Facts for the GPUs at NVML ``indices``."""
+    names = []
+    for index in indices:
         try:
-            import pynvml as nvml
-        except ImportError:
-            return None
-    try:
-        nvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - NVMLError subclasses vary by version; no NVML is a fact
+            names.append(str(backend.name(index)))
+        except Exception:  # noqa: BLE001 - a GPU NVML cannot name is reported without a name
+            names.append("unknown GPU")
+    return GpuLinks(tuple(names), _nvlink_all_pairs(backend, indices), _min_pcie_gen(backend, indices))
+
+
+def _nvlink_all_pairs(backend: NvmlBackend, indices: Sequence[int]) -> bool | None:
+    """True when NVML reports NVLink P2P OK for every pair, False at the first pair without, None if unknown."""
+    if len(indices) < 2:
         return None
-    try:
-        handles = [nvml.nvmlDeviceGetHandleByIndex(i) for i in range(count)]
-        names = tuple(_text(nvml.nvmlDeviceGetName(h)) for h in handles)
-        return GpuLinks(names, _nvlink_all_pairs(nvml, handles), _min_pcie_gen(nvml, handles))
-    except Exception:  # noqa: BLE001
-        return None
-    finally:
-        try:
-            nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
+    unknown = False
+    for position, first in enumerate(indices):
+        for second in indices[position + 1:]:
+            try:
+                status = backend.p2p_status(first, second, P2P_CAPS_NVLINK)
+            except Exception:  # noqa: BLE001
+                status = Absent.QUERY_FAILED
+            if isinstance(status, Absent):
+                unknown = True
+            elif status != P2P_STATUS_OK:
+                return False
+    return None if unknown else True
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-def _nvlink_all_pairs(nvml: Any, handles: list[Any]) -> bool | None:
-    """True when NVML reports NVLink P2P OK for every pair; None when it cannot tell."""
-    try:
-        for i, first in enumerate(handles):
-            for second in handles[i + 1:]:
-                status = nvml.nvmlDeviceGetP2PStatus(first, second, nvml.NVML_P2P_CAPS_INDEX_NVLINK)
-                if status != nvml.NVML_P2P_STATUS_OK:
-                    return False
-    except Exception:  # noqa: BLE001
-        return None
-    return len(handles) >= 2
-
-
-def _min_pcie_gen(nvml: Any, handles: list[Any]) -> int | None:
+def _min_pcie_gen(backend: NvmlBackend, indices: Sequence[int]) -> int | None:
     """Lowest maximum PCIe generation over the GPUs (the slowest hop the ring may cross)."""
-    try:
-        return min(int(nvml.nvmlDeviceGetMaxPcieLinkGeneration(h)) for h in handles) if handles else None
-    except Exception:  # noqa: BLE001
-        return None
+    gens = []
+    for index in indices:
+        try:
+            link = backend.pcie_link(index, current=False)
+        except Exception:  # noqa: BLE001
+            return None
+        if isinstance(link, Absent):
+            return None
+        gens.append(int(link[0]))
+    return min(gens) if gens else None
