@@ -91,7 +91,7 @@ def test_p2p_hang_with_working_fallback_is_p2p_broken() -> None:
 def test_p2p_crash_is_p2p_broken_without_expectation() -> None:
     notes = (RankNote(1, "crashed", "RuntimeError: Cuda failure 'peer access is not supported'"), RankNote(0, "stopped"))
     verdict = judge_p2p(sweep("as-is", 0, status=RunStatus.FAILED, notes=notes), sweep("off", 15.0))
-    assert verdict.code == "NCCL_P2P_BROKEN" and "failed (rank 1, 0: crashed)" in verdict.summary
+    assert verdict.code == "NCCL_P2P_BROKEN" and "failed (rank 1 crashed, rank 0 stopped)" in verdict.summary
     assert "reaches 15.0 GB/s busbw." in verdict.remediation
 
 

@@ -180,3 +180,18 @@ def test_binary_text_is_refused() -> None:
 @pytest.mark.parametrize(("device", "label"), [("0", "GPU0"), ("7", "GPU7"), ("4b000", "GPU@4b000"), ("51000", "GPU@51000"), (None, None)])
 def test_device_labels(device: str | None, label: str | None) -> None:
     assert device_label(device) == label
+
+
+def test_errors_with_inline_detail_and_without_detail() -> None:
+    text = (
+        "RuntimeError: NCCL error in: ../ProcessGroupNCCL.cpp:1191, invalid usage, NCCL version 2.14.3\n"
+        "ncclInvalidUsage: This usually reflects invalid usage of NCCL library.\n"
+        "torch.distributed.DistBackendError: NCCL error in: x.cpp:1, remote process exited or there was a network error, NCCL version 2.14.3\n"
+        "Last error: socket timeout\n"
+    )
+    log = analyze(text)
+    assert [(e.reason, e.last_error, e.line_no) for e in log.errors] == [
+        ("invalid usage", None, 1),
+        ("remote process exited or there was a network error", "socket timeout", 3),
+    ]
+    assert log.nccl_version == "2.14.3"

@@ -93,7 +93,7 @@ def _status_words(run: SweepRun) -> str:
         within = f" within {run.deadline_s:.0f} s" if run.deadline_s else ""
         return f"hung (ranks {ranks} did not finish{within})" if stuck else f"hung (no rank finished{within})"
     if run.status is RunStatus.FAILED:
-        return f"failed (rank {ranks}: {stuck[0].state})" if stuck else "failed"
+        return f"failed ({', '.join(f'rank {n.rank} {n.state}' for n in stuck)})" if stuck else "failed"
     return "returned wrong values" if run.wrong_sizes else "completed"
 
 

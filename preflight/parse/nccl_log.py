@@ -220,17 +220,12 @@ def analyze_lines(lines: Iterable[str]) -> NcclLog:
     errors: list[NcclError] = []
     ranks: dict[tuple[int, int, int], RankInfo] = {}
     nccl_lines = 0
-    pending_error: tuple[str, str, int] | None = None
-    expect_last_error = False
+    error_reader = _ErrorReader(errors)
 
     for line_no, raw in enumerate(lines, start=1):
         line = raw.rstrip("\r\n")
-        if expect_last_error and pending_error is not None:
-            detail = _strip_rank_prefix(line).strip()
-            if detail:
-                errors.append(NcclError(pending_error[0], detail, pending_error[1], pending_error[2]))
-                pending_error, expect_last_error = None, False
-                continue
+        if error_reader.feed(line, line_no):
+            continue
         is_nccl = bool(_NCCL_MARK.search(line))
         nccl_lines += is_nccl
         for found in _versions_in(line):
@@ -255,18 +250,7 @@ def analyze_lines(lines: Iterable[str]) -> NcclLog:
         if timeout := _timeout(line, line_no):
             key = (timeout.rank, timeout.seq_num, timeout.collective, timeout.numel_in)
             timeouts.setdefault(key, timeout)
-        if match := _NCCL_ERROR.search(line):
-            if pending_error is not None:
-                errors.append(NcclError(pending_error[0], None, pending_error[1], pending_error[2]))
-            pending_error, expect_last_error = (match["reason"].strip(), line.strip(), line_no), False
-        elif pending_error is not None and (match := _LAST_ERROR.match(line.strip())):
-            if match["inline"]:
-                errors.append(NcclError(pending_error[0], match["inline"], pending_error[1], pending_error[2]))
-                pending_error = None
-            else:
-                expect_last_error = True
-    if pending_error is not None:
-        errors.append(NcclError(pending_error[0], None, pending_error[1], pending_error[2]))
+    error_reader.close()
     return NcclLog(
         versions=tuple(versions),
         connections=tuple(connections.values()),
@@ -281,6 +265,45 @@ def analyze_lines(lines: Iterable[str]) -> NcclLog:
     )
 
 
+class _ErrorReader:
+    """Pairs ``NCCL error in: ..., <reason>`` with the ``Last error:`` detail torch prints after it
+    (on the same line or the next non-empty one)."""
+
+    def __init__(self, sink: list[NcclError]) -> None:
+        self._sink = sink
+        self._pending: tuple[str, str, int] | None = None
+        self._detail_next = False
+
+    def feed(self, line: str, line_no: int) -> bool:
+        """Read one line; True when it was the detail line of a pending error (nothing else to find)."""
+        if self._pending is not None and self._detail_next:
+            detail = _strip_rank_prefix(line).strip()
+            if detail:
+                self._emit(detail)
+                return True
+        if match := _NCCL_ERROR.search(line):
+            self.close()
+            self._pending = (match["reason"].strip(), line.strip(), line_no)
+        elif self._pending is not None and (match := _LAST_ERROR.match(line.strip())):
+            if match["inline"]:
+                self._emit(match["inline"])
+            else:
+                self._detail_next = True
+        return False
+
+    def close(self) -> None:
+        """Record a pending error that had no detail."""
+        if self._pending is not None:
+            self._emit(None)
+
+    def _emit(self, detail: str | None) -> None:
+        if self._pending is None:
+            return
+        reason, line, line_no = self._pending
+        self._sink.append(NcclError(reason, detail, line, line_no))
+        self._pending, self._detail_next = None, False
+
+
 def _versions_in(line: str) -> list[str]:
     """NCCL versions stated in a line (``NCCL version 2.26.2+cuda12.8``, nccl-tests' library code)."""
     found = [m.group(1) for m in _VERSION.finditer(line)]
@@ -292,8 +315,8 @@ def _versions_in(line: str) -> list[str]:
 
 def _connection(line: str, line_no: int) -> Connection | None:
     """The connection described by a ``... via TRANSPORT`` line, or None when it is not one."""
-    tail = line[_NCCL_MARK.search(line).end():] if _NCCL_MARK.search(line) else line
-    match = _CONNECTION.search(tail)
+    mark = _NCCL_MARK.search(line)
+    match = _CONNECTION.search(line[mark.end():] if mark else line)
     if match is None:
         return None
     transport = match["transport"]
