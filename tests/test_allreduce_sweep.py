@@ -84,3 +84,16 @@ def test_size_result_rejects_impossible_figures() -> None:
         SizeResult(MIB, float("nan"), 1.0, 1.0, True)
     with pytest.raises(ValueError, match="bytes"):
         SizeResult(0, 1.0, 1.0, 1.0, True)
+
+
+def test_rank_notes_prefer_nccl_and_error_lines(tmp_path: Path) -> None:
+    tail = "\n".join(["[preflight rank 1] pid 5 starting", "UserWarning: Failed to initialize NumPy", "",
+                      "h:5:9 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM",
+                      "h:5:9 [1] transport/p2p.cc:275 NCCL WARN Cuda failure 'peer access is not supported'",
+                      "some unrelated line"])
+    ranks = (RankOutcome(0, "finished", result={"result": {"sizes": []}}),
+             RankOutcome(1, "crashed", error="exit code 1", log_tail=tail))
+    run = sweep_run_from_launch("as-is", _launch(tmp_path, ranks), {}, on_gpu=True)
+    detail = run.not_finished()[0].detail
+    assert detail.splitlines() == ["exit code 1", "h:5:9 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM",
+                                   "h:5:9 [1] transport/p2p.cc:275 NCCL WARN Cuda failure 'peer access is not supported'"]

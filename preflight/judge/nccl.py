@@ -78,7 +78,7 @@ def describe_failure(run: SweepRun) -> str:
     if run.status is RunStatus.HUNG and not run.not_finished():
         deadline = f" within {run.deadline_s:.0f} s" if run.deadline_s else ""
         return f"{run.label}: no rank reported{deadline} (hung)"
-    lines = [f"{run.label}: {run.status.value}"]
+    lines = [f"{run.label}: {run.status.value}" + (f": {run.launch_summary}" if run.launch_summary else "")]
     for note in run.not_finished():
         detail = f": {note.detail}" if note.detail else ""
         lines.append(f"  rank {note.rank} {note.state}{detail}")

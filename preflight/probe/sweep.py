@@ -84,6 +84,7 @@ class SweepRun:
     rank_notes: tuple[RankNote, ...] = ()
     nccl_log: str = ""
     deadline_s: float | None = None
+    launch_summary: str = ""
 
     @property
     def ok(self) -> bool:

@@ -53,6 +53,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
     results: list[dict[str, Any]] = []
     skipped: list[dict[str, Any]] = []
     free = _free_bytes(ctx)
+    ctx.progress("first collective: agreeing on the sizes that fit")
     for nbytes in args.sizes:
         elements = max(1, nbytes // ELEMENT_BYTES)
         nbytes = elements * ELEMENT_BYTES
