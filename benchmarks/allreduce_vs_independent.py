@@ -3,17 +3,19 @@
 Usage: python benchmarks/allreduce_vs_independent.py [--nproc N] [--profile quick|full] [--rounds 3]
        [--stat best|median] [--tolerance 0.10]
 
-1. preflight's sweep: the real worker (``preflight.workers.allreduce``) under the real launcher, with
-   the sizes the bandwidth check uses for this profile and device.
-2. An independent measurement of the same sizes:
-   - on GPUs, nccl-tests' ``all_reduce_perf`` when it is on PATH (or ``$NCCL_TESTS_BIN``), one process
-     driving all GPUs, its out-of-place busbw read with preflight's nccl-tests parser;
-   - otherwise (CPU), a plain loop written here: ``torch.multiprocessing`` ranks on gloo, a barrier,
-     N back-to-back ``all_reduce`` calls timed with ``time.perf_counter``, rank 0's time, and
-     busbw computed inline as ``bytes / t * 2(n-1)/n``. It shares no code with the worker.
-Both run ``--rounds`` times, alternating, and per size the best round (default; the one least
-disturbed when the host is shared) or the median round is compared. Prints busbw of both and the
-ratio per size; exits 1 when the ratio at the largest common size is off by more than the tolerance.
+- On GPUs: preflight's sweep (``preflight.workers.allreduce`` under the launcher, the sizes the
+  bandwidth check uses) against nccl-tests' ``all_reduce_perf`` (on PATH or ``$NCCL_TESTS_BIN``),
+  one process driving all GPUs, out-of-place busbw read with preflight's nccl-tests parser.
+- On CPU: one torchrun launch on gloo in which, size after size and round after round, the ranks run
+  preflight's own measurement (``measure_size``, the function the check's worker calls per size)
+  and then a plain loop written here: a barrier, 20 back-to-back ``all_reduce`` calls timed with
+  ``time.perf_counter``, rank 0's time, busbw computed inline as ``bytes / t * 2(n-1)/n``. The
+  plain loop shares no timing code with preflight; alternating the two inside one process group
+  gives both the same host load, which matters on a shared 2-core machine.
+
+Rounds are combined per size by the best busbw (default: the round least disturbed by other load)
+or the median. Prints both figures and their ratio per size; exits 1 when the ratio at the largest
+common size is off by more than the tolerance.
 """
 
 from __future__ import annotations
@@ -21,67 +23,62 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+if str(REPO) not in sys.path:
+    sys.path.insert(0, str(REPO))
 
 from preflight.fixtures.nccl import sweep_plan, sweep_run_from_launch  # noqa: E402
 from preflight.launch.torchrun import launch  # noqa: E402
 from preflight.parse.nccl_tests import parse_nccl_tests  # noqa: E402
 from preflight.probe.command import run_command  # noqa: E402
+from preflight.workers.common import RUN_DIR_ENV, WorkerContext, worker_main  # noqa: E402
 
 PLAIN_ITERS = 20
 PLAIN_WARMUP = 2
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def _plain_rank(rank: int, world: int, port: int, sizes: list[int], out: str) -> None:
-    """One rank of the plain CPU loop; rank 0 writes ``size seconds`` lines."""
+def plain_loop_busbw(ctx: WorkerContext, nbytes: int) -> float:
+    """The independent CPU measurement: warm up, barrier, time PLAIN_ITERS calls, busbw inline."""
     import torch
     import torch.distributed as dist
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
-    dist.init_process_group("gloo", rank=rank, world_size=world)
-    lines = []
-    for nbytes in sizes:
-        tensor = torch.zeros(nbytes // 4, dtype=torch.float32)
-        for _ in range(PLAIN_WARMUP):
-            dist.all_reduce(tensor)
-        dist.barrier()
-        start = time.perf_counter()
-        for _ in range(PLAIN_ITERS):
-            dist.all_reduce(tensor)
-        elapsed = (time.perf_counter() - start) / PLAIN_ITERS
-        lines.append(f"{nbytes} {elapsed}")
+    tensor = torch.zeros(nbytes // 4, dtype=torch.float32)
+    for _ in range(PLAIN_WARMUP):
+        dist.all_reduce(tensor)
     dist.barrier()
-    if rank == 0:
-        Path(out).write_text("\n".join(lines))
-    dist.destroy_process_group()
+    start = time.perf_counter()
+    for _ in range(PLAIN_ITERS):
+        dist.all_reduce(tensor)
+    seconds = (time.perf_counter() - start) / PLAIN_ITERS
+    n = ctx.world_size
+    return nbytes / seconds / 1e9 * 2 * (n - 1) / n
 
 
-def plain_cpu_loop(world: int, sizes: list[int]) -> dict[int, float]:
-    """busbw (GB/s) per size from the plain loop."""
-    import torch.multiprocessing as mp
+def paired_run(ctx: WorkerContext) -> dict[str, Any]:
+    """Inside torchrun: alternate preflight's measurement and the plain loop, size by size."""
+    from preflight.workers.allreduce import measure_size
 
-    out = tempfile.mktemp(prefix="plain-allreduce-")
-    mp.spawn(_plain_rank, args=(world, _free_port(), sizes, out), nprocs=world, join=True)
-    busbw = {}
-    for line in Path(out).read_text().splitlines():
-        nbytes, seconds = line.split()
-        busbw[int(nbytes)] = int(nbytes) / float(seconds) / 1e9 * 2 * (world - 1) / world
-    os.unlink(out)
-    return busbw
+    sizes = [int(s) for s in ctx.args[0].split(",")]
+    rounds, warmup, max_iters, min_iters = (int(v) for v in ctx.args[1:5])
+    ours: list[dict[str, float]] = []
+    theirs: list[dict[str, float]] = []
+    for _ in range(rounds):
+        ours.append({})
+        theirs.append({})
+        for nbytes in sizes:
+            ctx.progress(f"preflight measurement of {nbytes} bytes")
+            size, _iters = measure_size(ctx, nbytes, warmup, max_iters, min_iters)
+            ours[-1][str(nbytes)] = size.busbw_gbps
+            ctx.progress(f"plain loop of {nbytes} bytes")
+            theirs[-1][str(nbytes)] = plain_loop_busbw(ctx, nbytes)
+    return {"ours": ours, "theirs": theirs}
 
 
 def nccl_tests(binary: str, gpus: int, sizes: list[int]) -> dict[int, float]:
@@ -100,6 +97,31 @@ def _combine(rounds: list[dict[int, float]], stat: str) -> dict[int, float]:
     return {n: pick([r[n] for r in rounds if n in r]) for n in sizes}
 
 
+def _gpu_rounds(nproc: int, plan: Any, rounds: int, binary: str) -> tuple[list[dict[int, float]], list[dict[int, float]]]:
+    ours, theirs = [], []
+    for _ in range(rounds):  # alternate the two so both see the same host load
+        result = launch("preflight.workers.allreduce", nproc=nproc, deadline_s=plan.wanted_s * 2, args=plan.args(),
+                        run_dir=Path(tempfile.mkdtemp(prefix="bench-allreduce-")))
+        sweep = sweep_run_from_launch("preflight", result, {}, True)
+        if not sweep.ok:
+            raise SystemExit(f"preflight's sweep did not complete: {result.describe()}")
+        ours.append({s.bytes: s.busbw_gbps for s in sweep.sizes})
+        theirs.append(nccl_tests(binary, nproc, sorted(ours[-1])))
+    return ours, theirs
+
+
+def _cpu_rounds(nproc: int, plan: Any, rounds: int) -> tuple[list[dict[int, float]], list[dict[int, float]]]:
+    args = [",".join(map(str, plan.sizes)), str(rounds), str(plan.warmup), str(plan.iters), "5"]
+    result = launch("benchmarks.allreduce_vs_independent", nproc=nproc, deadline_s=plan.wanted_s * rounds * 2,
+                    args=args, env_overrides={"PYTHONPATH": str(REPO)},
+                    run_dir=Path(tempfile.mkdtemp(prefix="bench-allreduce-")))
+    if not result.ok:
+        raise SystemExit(f"the paired measurement did not complete: {result.describe()}")
+    payload = result.ranks[0].result["result"]
+    convert = lambda rounds_: [{int(k): v for k, v in r.items()} for r in rounds_]  # noqa: E731
+    return convert(payload["ours"]), convert(payload["theirs"])
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--nproc", type=int, default=None)
@@ -115,36 +137,22 @@ def main() -> int:
     gpus = torch.cuda.device_count() if torch.version.cuda and torch.cuda.is_available() else 0
     nproc = args.nproc or gpus or 2
     plan = sweep_plan(gpus > 0, args.profile == "quick")
-    binary = os.environ.get("NCCL_TESTS_BIN") or shutil.which("all_reduce_perf")
-    if gpus > 0 and not binary:
-        print("GPU node without nccl-tests' all_reduce_perf on PATH (set NCCL_TESTS_BIN): nothing to compare with")
-        return 1
-    label = f"nccl-tests {binary}" if gpus > 0 else f"plain gloo loop ({PLAIN_ITERS} iterations, torch.multiprocessing)"
-    ours_rounds: list[dict[int, float]] = []
-    theirs_rounds: list[dict[int, float]] = []
-    preflight_s = other_s = 0.0
-    backend = "?"
-    for _ in range(args.rounds):  # alternate the two so both see the same host load
-        started = time.monotonic()
-        result = launch("preflight.workers.allreduce", nproc=nproc, deadline_s=plan.wanted_s * 2, args=plan.args(),
-                        run_dir=Path(tempfile.mkdtemp(prefix="bench-allreduce-")))
-        preflight_s += time.monotonic() - started
-        sweep = sweep_run_from_launch("preflight", result, {}, gpus > 0)
-        if not sweep.ok:
-            print(f"preflight's sweep did not complete: {result.describe()}")
+    started = time.monotonic()
+    if gpus > 0:
+        binary = os.environ.get("NCCL_TESTS_BIN") or shutil.which("all_reduce_perf")
+        if not binary:
+            print("GPU node without nccl-tests' all_reduce_perf on PATH (set NCCL_TESTS_BIN): nothing to compare with")
             return 1
-        backend = sweep.backend
-        ours_rounds.append({s.bytes: s.busbw_gbps for s in sweep.sizes})
-        started = time.monotonic()
-        sizes = sorted(ours_rounds[-1])
-        theirs_rounds.append(nccl_tests(binary, nproc, sizes) if gpus > 0 and binary else plain_cpu_loop(nproc, sizes))
-        other_s += time.monotonic() - started
-    ours = _combine(ours_rounds, args.stat)
-    theirs = _combine(theirs_rounds, args.stat)
+        label = f"nccl-tests {binary}"
+        ours_rounds, theirs_rounds = _gpu_rounds(nproc, plan, args.rounds, binary)
+    else:
+        label = f"plain gloo loop ({PLAIN_ITERS} back-to-back calls), alternated with preflight's per size"
+        ours_rounds, theirs_rounds = _cpu_rounds(nproc, plan, args.rounds)
+    ours, theirs = _combine(ours_rounds, args.stat), _combine(theirs_rounds, args.stat)
 
-    print(f"ranks {nproc}, backend {backend}, profile {args.profile}, {args.rounds} alternating rounds, {args.stat} per size shown")
-    print(f"preflight sweep: {preflight_s / args.rounds:.1f} s per launch (torchrun + torch import + sweep)")
-    print(f"independent: {label}, {other_s / args.rounds:.1f} s per round")
+    print(f"ranks {nproc}, {'nccl' if gpus else 'gloo'}, profile {args.profile}, {args.rounds} rounds, "
+          f"{args.stat} per size, {time.monotonic() - started:.1f} s in all")
+    print(f"independent: {label}")
     print(f"{'size (B)':>12} {'preflight busbw':>16} {'independent':>12} {'ratio':>7}")
     common = sorted(set(ours) & set(theirs))
     for nbytes in common:
@@ -159,4 +167,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    if os.environ.get(RUN_DIR_ENV):  # started by the launcher: this process is a rank
+        worker_main(paired_run)
+    else:
+        sys.exit(main())

@@ -45,7 +45,6 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def run(ctx: WorkerContext) -> dict[str, Any]:
     """Measure every size that fits; return per-size figures and the sizes skipped (with why)."""
-    import torch
     import torch.distributed as dist
 
     args = parse_args(ctx.args)
@@ -65,18 +64,8 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
             skipped.append({"bytes": nbytes, "reason": f"time budget of {args.budget_s:.0f} s used"})
             continue
         ctx.progress(f"all-reduce of {nbytes} bytes")
-        buffer = torch.empty(elements, dtype=torch.float32, device=ctx.device)
-        correct = _check_values(ctx, buffer)
-        warm_time = _slowest_rank(ctx, _timed(ctx, buffer, max(1, args.warmup)))  # every rank must agree on iters
-        iters = int(min(args.iters, max(args.min_iters, math.ceil(TARGET_SIZE_S / max(warm_time, 1e-6)))))
-        trials = [_timed(ctx, buffer, per_trial) for per_trial in _split(iters, TRIALS)]
-        mean = _mean_across_ranks(ctx, statistics.median(trials))
-        algbw = algbw_gbps(nbytes, mean)
-        size = SizeResult(nbytes, mean, algbw, allreduce_busbw_gbps(algbw, ctx.world_size), correct)
+        size, iters = measure_size(ctx, nbytes, args.warmup, args.iters, args.min_iters)
         results.append({**size.as_dict(), "iters": iters})
-        del buffer
-        if ctx.on_gpu:
-            torch.cuda.empty_cache()
     dist.barrier()
     return {
         "sizes": results,
@@ -86,6 +75,23 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
         "nccl_version": _nccl_version(ctx),
         "sweep_s": time.monotonic() - started,
     }
+
+
+def measure_size(ctx: WorkerContext, nbytes: int, warmup: int, max_iters: int, min_iters: int) -> tuple[SizeResult, int]:
+    """One message size: correctness pass, warm-up, timed trials; the figures and the iterations used."""
+    import torch
+
+    buffer = torch.empty(max(1, nbytes // ELEMENT_BYTES), dtype=torch.float32, device=ctx.device)
+    correct = _check_values(ctx, buffer)
+    warm_time = _slowest_rank(ctx, _timed(ctx, buffer, max(1, warmup)))  # every rank must agree on iters
+    iters = int(min(max_iters, max(min_iters, math.ceil(TARGET_SIZE_S / max(warm_time, 1e-6)))))
+    trials = [_timed(ctx, buffer, per_trial) for per_trial in _split(iters, TRIALS)]
+    mean = _mean_across_ranks(ctx, statistics.median(trials))
+    algbw = algbw_gbps(nbytes, mean)
+    del buffer
+    if ctx.on_gpu:
+        torch.cuda.empty_cache()
+    return SizeResult(nbytes, mean, algbw, allreduce_busbw_gbps(algbw, ctx.world_size), correct), iters
 
 
 def _split(iters: int, trials: int) -> list[int]:
