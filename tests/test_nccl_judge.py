@@ -340,3 +340,10 @@ def test_faster_workaround_already_set_passes() -> None:
     verdict = judge_p2p(sweep("without NCCL_P2P_DISABLE", 10.0), sweep("as-is", 15.0, env={"NCCL_P2P_DISABLE": "1"}),
                         workaround_set=True)
     assert verdict.status is Status.PASS and "already set" in verdict.summary
+
+
+def test_chart_labels_every_other_size_when_crowded() -> None:
+    sizes = tuple(SizeResult(MIB << k, 0.001, 1.0, 1.0, True) for k in range(11))
+    run = SweepRun(label="as-is", status=RunStatus.OK, backend="nccl", world_size=8, sizes=sizes)
+    labels = [t["label"] for t in busbw_chart([run], None).data["xticks"]]
+    assert labels[:3] == ["1 MiB", "", "4 MiB"] and labels[-1] == "1 GiB" and len(labels) == 11

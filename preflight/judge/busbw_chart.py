@@ -18,7 +18,8 @@ from preflight.outcome import View
 from preflight.probe.sweep import SweepRun
 
 WIDTH, HEIGHT = 640, 300
-LEFT, RIGHT, TOP, BOTTOM = 56, 16, 16, 44
+LEFT, RIGHT, TOP, BOTTOM = 56, 36, 16, 44
+MAX_X_LABELS = 8  # beyond this many sizes, every other tick is labelled so labels do not overlap
 COLORS = ("#0a58ca", "#b3261e", "#1e7f3c", "#6b1f8f")
 
 
@@ -64,7 +65,8 @@ def busbw_chart(runs: Sequence[SweepRun], expected: Expectation | None, title: s
             "markers": markers,
         })
     ticks_y = [{"y": y_of(v), "label": f"{v:g}"} for v in _frange(0.0, y_max, step)]
-    ticks_x = [{"x": x_of(n), "label": human_bytes(n)} for n in sizes]
+    every = 2 if len(sizes) > MAX_X_LABELS else 1
+    ticks_x = [{"x": x_of(n), "label": human_bytes(n) if i % every == 0 else ""} for i, n in enumerate(sizes)]
     line = None
     if expected is not None:
         line = {"y": y_of(expected.busbw_gbps), "label": f"expected {expected.busbw_gbps:g} GB/s ({expected.platform})"}
