@@ -158,7 +158,11 @@ def judge_gpu_arch(torch: TorchFacts, gpu: GpuCapability, driver: DriverFacts | 
     for entry, arch in parsed:
         if arch and arch[0] == "sm" and sass_runs_on(arch[1], arch[2], gpu.capability):
             return passed(f"{label} runs torch {torch.version}'s {entry} kernels", evidence=evidence)
-    ptx = [entry for entry, arch in parsed if arch and arch[0] == "compute" and ptx_runs_on(arch[1], arch[2], gpu.capability)]
+    ptx = [
+        entry
+        for entry, arch in parsed
+        if arch and arch[0] == "compute" and ptx_runs_on(arch[1], arch[2], gpu.capability)
+    ]
     wheel = wheel_for_capability(gpu.capability)
     if ptx:
         need = torch.cuda_release
@@ -173,7 +177,8 @@ def judge_gpu_arch(torch: TorchFacts, gpu: GpuCapability, driver: DriverFacts | 
             )
         return warn(
             "TORCH_ARCH_PTX_JIT",
-            f"{label} has no cubin in torch {torch.version} ({arch_text}); the driver will JIT {ptx[-1]} PTX at startup",
+            f"{label} has no cubin in torch {torch.version} ({arch_text}); "
+            f"the driver will JIT {ptx[-1]} PTX at startup",
             "First launch compiles every kernel (minutes; cached in ~/.nv/ComputeCache, raise "
             "CUDA_CACHE_MAXSIZE); to avoid it: " + _reinstall(torch, wheel, f"which carries {gpu.sm} kernels"),
             evidence=evidence,

@@ -37,7 +37,9 @@ def deepspeed_table(facts: ToolkitFacts) -> tuple[Mapping[int, tuple[str, ...]],
     return DEEPSPEED_SNAPSHOT_TABLE, True, DEEPSPEED_SNAPSHOT_SOURCE
 
 
-def deepspeed_accepts(table: Mapping[int, tuple[str, ...]], toolkit: tuple[int, int], torch: tuple[int, int]) -> str:
+def deepspeed_accepts(
+    table: Mapping[int, tuple[str, ...]], toolkit: tuple[int, int], torch: tuple[int, int]
+) -> str:
     """DeepSpeed's comparison, on ``major.minor`` strings exactly as it does it."""
     installed, compiled = f"{toolkit[0]}.{toolkit[1]}", f"{torch[0]}.{torch[1]}"
     if installed == compiled:
@@ -81,14 +83,20 @@ def judge_toolkit(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
     torch, home = facts.torch, facts.cuda_home
     found = "; ".join(probe.describe() for probe in facts.nvcc_on_path + facts.other_toolkits) or "no nvcc found"
     headers = "" if home.has_headers or not home.path else f", which has no include/cuda_runtime_api.h"
-    resolved = f"CUDA_HOME would resolve to {home.path} ({home.source}){headers}" if home.path else f"CUDA_HOME: {home.source}"
+    resolved = (
+        f"CUDA_HOME would resolve to {home.path} ({home.source}){headers}"
+        if home.path
+        else f"CUDA_HOME: {home.source}"
+    )
     if not torch.is_cuda_build:
         return skip(
             f"{torch.describe()}: torch.utils.cpp_extension.CUDA_HOME is None, no JIT CUDA build will run; "
             f"toolkit on this node: {found}; {resolved}"
         )
     ds = deepspeed_expected(facts, with_)
-    verdict, why = (fail, "DeepSpeed compiles its ops with it") if ds else (warn, "plain DDP/FSDP need none; DeepSpeed JIT ops do")
+    verdict, why = (
+        (fail, "DeepSpeed compiles its ops with it") if ds else (warn, "plain DDP/FSDP need none; DeepSpeed JIT ops do")
+    )
     evidence = {"nvcc --version": home.nvcc.output} if home.nvcc and home.nvcc.output else {}
     if home.path is None:
         return verdict(
@@ -129,7 +137,10 @@ def judge_toolkit(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
             _install_hint(facts, torch.cuda or "", need),
             evidence=evidence,
         )
-    return passed(f"toolkit {toolkit.describe()} at {home.path} ({home.source}); torch built with CUDA {torch.cuda}", evidence=evidence)
+    return passed(
+        f"toolkit {toolkit.describe()} at {home.path} ({home.source}); torch built with CUDA {torch.cuda}",
+        evidence=evidence,
+    )
 
 
 def judge_cuda_home_vs_path(facts: ToolkitFacts) -> Verdict:
@@ -150,10 +161,11 @@ def judge_cuda_home_vs_path(facts: ToolkitFacts) -> Verdict:
     home_release = home.nvcc.version.release if home.nvcc.version else None
     path_release = first.version.release if first.version else None
     if home_release is not None and home_release == path_release:
-        return passed(f"CUDA_HOME={home.path} and PATH's {first.path} are both CUDA {home.nvcc.version.release_text if home.nvcc.version else ''}")
+        return passed(f"CUDA_HOME={home.path} and PATH's {first.path} are both CUDA {home_release[0]}.{home_release[1]}")
     return warn(
         "CUDA_HOME_PATH_DISAGREE",
-        f"CUDA_HOME={home.path} ({home.source}) has {home.nvcc.describe()} but the first nvcc on PATH is {first.describe()}",
+        f"CUDA_HOME={home.path} ({home.source}) has {home.nvcc.describe()} "
+        f"but the first nvcc on PATH is {first.describe()}",
         f"export PATH={home.path}/bin:$PATH   # or export CUDA_HOME={_root(first)}; builds use CUDA_HOME, shells use PATH",
     )
 
@@ -170,7 +182,8 @@ def judge_deepspeed_cuda(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Ve
     table, honours_skip, origin = deepspeed_table(facts)
     toolkit = home.nvcc.version
     who = f"DeepSpeed {ds.version}" if ds.installed else "DeepSpeed (not installed yet)"
-    evidence = {"rule": f"{origin}; minor table for {toolkit.release[0]}.x: {', '.join(table.get(toolkit.release[0], ())) or 'none'}"}
+    listed = ", ".join(table.get(toolkit.release[0], ())) or "none"
+    evidence = {"rule": f"{origin}; minor table for {toolkit.release[0]}.x: {listed}"}
     if ds.rule_problem:
         evidence["rule note"] = ds.rule_problem
     pair = f"toolkit {toolkit.describe()} at {home.path} vs torch's CUDA {torch.cuda}"
@@ -213,5 +226,7 @@ def judge_build_tools(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdi
         who = f"DeepSpeed {facts.deepspeed.version}" if facts.deepspeed.installed else "DeepSpeed"
         return fail("BUILD_TOOLS_MISSING", f"{who} JIT-builds its ops but {problems}", " && ".join(fixes))
     if not cxx.found:
-        return warn("CXX_COMPILER_MISSING", f"{problems}: torch.compile and C++/CUDA extensions need one", " && ".join(fixes))
+        return warn(
+            "CXX_COMPILER_MISSING", f"{problems}: torch.compile and C++/CUDA extensions need one", " && ".join(fixes)
+        )
     return passed(f"{problems} (only JIT extensions such as DeepSpeed ops need ninja); {cxx.version}")

@@ -16,27 +16,23 @@ on a CPU build ``cpp_extension.CUDA_HOME`` is None whatever is installed.
 
 from __future__ import annotations
 
-import ast
 import glob
 import importlib.metadata
-import importlib.util
 import os
 import shlex
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from preflight.parse.nvcc import NvccParseError, NvccVersion, parse_nvcc_version
 from preflight.probe.command import CommandRunner, run_command
+from preflight.probe.deepspeed import DeepSpeedFacts, probe_deepspeed
 
 NVCC_TIMEOUT_S = 15.0
 TOOL_TIMEOUT_S = 10.0
 TOOLKIT_GLOB = "/usr/local/cuda*"
-DS_BUILDER_FILES = ("deepspeed/ops/op_builder/builder.py", "op_builder/builder.py")
-DS_INSTALL_INFO = "deepspeed/git_version_info_installed.py"
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,36 +126,6 @@ class ToolProbe:
 
 
 @dataclass(frozen=True, slots=True)
-class DeepSpeedRule:
-    """DeepSpeed's toolkit check as written in the installed ``op_builder/builder.py``."""
-
-    minor_mismatch_ok: Mapping[int, tuple[str, ...]]
-    honours_skip_env: bool
-    source: str
-
-
-@dataclass(frozen=True, slots=True)
-class DeepSpeedFacts:
-    """DeepSpeed's installed version and rule, read from its files (never imported)."""
-
-    version: str | None
-    skip_cuda_check: str | None
-    rule: DeepSpeedRule | None = None
-    rule_problem: str | None = None
-    prebuilt_ops: tuple[str, ...] = ()
-
-    @property
-    def installed(self) -> bool:
-        """True when the ``deepspeed`` distribution is installed."""
-        return self.version is not None
-
-    @property
-    def skip_enabled(self) -> bool:
-        """DeepSpeed tests ``os.getenv("DS_SKIP_CUDA_CHECK", "0") == "1"``: only ``1`` counts."""
-        return self.skip_cuda_check == "1"
-
-
-@dataclass(frozen=True, slots=True)
 class ToolkitFacts:
     """Everything the toolkit judges need, gathered once."""
 
@@ -246,6 +212,7 @@ def resolve_cuda_home(
     *,
     which: Callable[[str], str | None],
     exists: Callable[[str], bool] = os.path.exists,
+    default: str = "/usr/local/cuda",
 ) -> tuple[str | None, str]:
     """``(path, how)`` as ``torch.utils.cpp_extension._find_cuda_home`` finds it on Linux."""
     if env.get("CUDA_HOME"):
@@ -257,9 +224,9 @@ def resolve_cuda_home(
     nvcc = which("nvcc")
     if nvcc is not None:
         return os.path.dirname(os.path.dirname(nvcc)), f"derived from the first nvcc on PATH, {nvcc}"
-    if exists("/usr/local/cuda"):
-        return "/usr/local/cuda", "default /usr/local/cuda"
-    return None, "not found (no CUDA_HOME/CUDA_PATH, no nvcc on PATH, no /usr/local/cuda)"
+    if exists(default):
+        return default, f"default {default}"
+    return None, f"not found (no CUDA_HOME/CUDA_PATH, no nvcc on PATH, no {default})"
 
 
 def nvcc_on_path(env: Mapping[str, str]) -> list[str]:
@@ -272,7 +239,9 @@ def nvcc_on_path(env: Mapping[str, str]) -> list[str]:
     return found
 
 
-def probe_nvcc(path: str, runner: CommandRunner = run_command, timeout_s: float = NVCC_TIMEOUT_S) -> NvccProbe:
+def probe_nvcc(
+    path: str, runner: CommandRunner = run_command, timeout_s: float = NVCC_TIMEOUT_S
+) -> NvccProbe:
     """Run ``<path> --version`` under a deadline and parse it; failures are values."""
     resolved = os.path.realpath(path)
     if not os.path.isfile(path):
@@ -295,7 +264,8 @@ def probe_tool(
     if path is None or not os.path.exists(path):
         return ToolProbe(name, command, None, None, source, problem=f"{command[0]}: not found on PATH")
     result = runner([path, *command[1:], "--version"], timeout_s=TOOL_TIMEOUT_S)
-    first = next((line.strip() for line in (result.stdout + result.stderr).splitlines() if line.strip()), None)
+    lines = (result.stdout + result.stderr).splitlines()
+    first = next((line.strip() for line in lines if line.strip()), None)
     if not result.ok:
         return ToolProbe(name, command, path, first, source, problem=result.describe_failure())
     return ToolProbe(name, command, path, first, source)
@@ -312,84 +282,13 @@ def probe_compiler(env: Mapping[str, str], runner: CommandRunner = run_command) 
     return ToolProbe(found.name, found.command, found.path, found.version, found.source, found.problem, others)
 
 
-def probe_deepspeed(env: Mapping[str, str]) -> DeepSpeedFacts:
-    """DeepSpeed's version (package metadata), its CUDA rule and pre-built ops (its files)."""
-    skip = env.get("DS_SKIP_CUDA_CHECK")
-    try:
-        dist = importlib.metadata.distribution("deepspeed")
-    except importlib.metadata.PackageNotFoundError:
-        return DeepSpeedFacts(version=None, skip_cuda_check=skip)
-    roots = [Path(str(dist.locate_file("")))]
-    spec = importlib.util.find_spec("deepspeed")  # top-level: finds, does not execute
-    if spec is not None and spec.submodule_search_locations:
-        roots.extend(Path(location).parent for location in spec.submodule_search_locations)
-    rule, problem = _read_rule(roots)
-    return DeepSpeedFacts(
-        version=dist.version,
-        skip_cuda_check=skip,
-        rule=rule,
-        rule_problem=problem,
-        prebuilt_ops=_read_prebuilt_ops(roots),
-    )
-
-
-def _read_rule(roots: list[Path]) -> tuple[DeepSpeedRule | None, str | None]:
-    for root in roots:
-        for relative in DS_BUILDER_FILES:
-            path = root / relative
-            if path.is_file():
-                return parse_deepspeed_rule(path.read_text(errors="replace"), str(path))
-    return None, "op_builder/builder.py not found in the installed DeepSpeed"
-
-
-def parse_deepspeed_rule(source: str, origin: str) -> tuple[DeepSpeedRule | None, str | None]:
-    """Read ``cuda_minor_mismatch_ok`` and the ``DS_SKIP_CUDA_CHECK`` escape from builder.py."""
-    try:
-        tree = ast.parse(source)
-    except SyntaxError as exc:
-        return None, f"{origin}: not parseable ({exc.msg})"
-    if "def assert_no_cuda_mismatch" not in source:
-        return None, f"{origin}: no assert_no_cuda_mismatch (unknown DeepSpeed layout)"
-    table: dict[int, tuple[str, ...]] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Assign) and any(
-            isinstance(target, ast.Name) and target.id == "cuda_minor_mismatch_ok" for target in node.targets
-        ):
-            try:
-                value = ast.literal_eval(node.value)
-                table = {int(major): tuple(str(v) for v in versions) for major, versions in value.items()}
-            except (ValueError, TypeError, AttributeError):
-                return None, f"{origin}: cuda_minor_mismatch_ok is not a literal table"
-    return DeepSpeedRule(table, "DS_SKIP_CUDA_CHECK" in source, origin), None
-
-
-def _read_prebuilt_ops(roots: list[Path]) -> tuple[str, ...]:
-    for root in roots:
-        path = root / DS_INSTALL_INFO
-        if not path.is_file():
-            continue
-        try:
-            tree = ast.parse(path.read_text(errors="replace"))
-        except SyntaxError:
-            return ()
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "installed_ops" for t in node.targets
-            ):
-                try:
-                    ops = ast.literal_eval(node.value)
-                except ValueError:
-                    return ()
-                return tuple(sorted(name for name, built in ops.items() if built))
-    return ()
-
-
 def probe_toolkit(
     env: Mapping[str, str] | None = None,
     *,
     runner: CommandRunner = run_command,
     torch_module: ModuleType | Any | None = None,
     toolkit_glob: str = TOOLKIT_GLOB,
+    default_cuda_home: str = "/usr/local/cuda",
 ) -> ToolkitFacts:
     """Gather every toolkit fact once; each ``nvcc`` runs at most once (cached by real path)."""
     env = dict(os.environ) if env is None else dict(env)
@@ -403,7 +302,9 @@ def probe_toolkit(
         return hit if hit.path == path else NvccProbe(path, hit.resolved, hit.version, hit.output, hit.problem)
 
     on_path = tuple(nvcc(path) for path in nvcc_on_path(env))
-    home_path, how = resolve_cuda_home(env, which=lambda name: shutil.which(name, path=env.get("PATH", "")))
+    home_path, how = resolve_cuda_home(
+        env, which=lambda name: shutil.which(name, path=env.get("PATH", "")), default=default_cuda_home
+    )
     home_nvcc = None
     has_headers = False
     if home_path:
