@@ -322,3 +322,17 @@ def test_build_tools(tmp_path: Path) -> None:
     _status(judge_build_tools(bare), Status.WARN, "CXX_COMPILER_MISSING")
     no_ninja = dataclasses.replace(ok, ninja=bare.ninja)
     _names(_status(judge_build_tools(no_ninja), Status.PASS), "ninja: not found")
+
+
+def test_deepspeed_prebuilt_ops_for_other_cuda(tmp_path: Path) -> None:
+    facts = _facts(tmp_path, torch_cuda="12.4", home="12.4")
+    prebuilt = dataclasses.replace(
+        facts, deepspeed=DeepSpeedFacts("0.14.4", None, prebuilt_ops=("cpu_adam", "fused_adam"), prebuilt_cuda="11.8")
+    )
+    verdict = _status(judge_deepspeed_cuda(prebuilt), Status.FAIL, "DEEPSPEED_PREBUILT_CUDA_MISMATCH")
+    _names(verdict, "11.8", "12.4", "cpu_adam")
+    same = dataclasses.replace(
+        facts, deepspeed=DeepSpeedFacts("0.14.4", None, prebuilt_ops=("cpu_adam",), prebuilt_cuda="12.4")
+    )
+    passed_verdict = _status(judge_deepspeed_cuda(same), Status.PASS)
+    assert passed_verdict.evidence["pre-built ops (not JIT-built)"] == "cpu_adam"

@@ -228,13 +228,15 @@ def test_parse_deepspeed_rule_variants() -> None:
 
 
 def test_probe_deepspeed_reads_files_without_importing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    site = fake_deepspeed(tmp_path / "site", "0.16.9", MODELLED_BUILDER, "{'cpu_adam': True, 'fused_adam': False}")
+    site = fake_deepspeed(
+        tmp_path / "site", "0.16.9", MODELLED_BUILDER, "{'cpu_adam': True, 'fused_adam': False}", built_cuda="12.1"
+    )
     monkeypatch.syspath_prepend(str(site))
     facts = probe_deepspeed({"DS_SKIP_CUDA_CHECK": "1"})
     assert facts.installed and facts.version == "0.16.9"
     assert facts.skip_enabled
     assert facts.rule is not None and facts.rule.minor_mismatch_ok[12] == ("12.0", "12.1", "12.4")
-    assert facts.prebuilt_ops == ("cpu_adam",)
+    assert facts.prebuilt_ops == ("cpu_adam",) and facts.prebuilt_cuda == "12.1"
 
 
 def test_probe_deepspeed_absent_and_skip_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -244,4 +246,5 @@ def test_probe_deepspeed_absent_and_skip_spelling(tmp_path: Path, monkeypatch: p
     monkeypatch.syspath_prepend(str(site))
     missing_rule = probe_deepspeed({})
     assert missing_rule.installed and missing_rule.rule is None
+    assert missing_rule.prebuilt_ops == () and missing_rule.prebuilt_cuda is None
     assert "builder.py not found" in (missing_rule.rule_problem or "")

@@ -64,7 +64,9 @@ def fake_torch(version: str, cuda: str | None, arch: str = "", nccl: tuple[Any, 
     )
 
 
-def fake_deepspeed(site: Path, version: str, builder_source: str | None, installed_ops: str | None = None) -> Path:
+def fake_deepspeed(
+    site: Path, version: str, builder_source: str | None, installed_ops: str | None = None, built_cuda: str = "0.0"
+) -> Path:
     """An installed-looking DeepSpeed under ``site`` (dist-info + package files, never importable)."""
     info = site / f"deepspeed-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
@@ -75,7 +77,10 @@ def fake_deepspeed(site: Path, version: str, builder_source: str | None, install
     if builder_source is not None:
         (package / "ops" / "op_builder" / "builder.py").write_text(builder_source)
     if installed_ops is not None:
-        (package / "git_version_info_installed.py").write_text(f"installed_ops = {installed_ops}\n")
+        (package / "git_version_info_installed.py").write_text(
+            f"version = '{version}'\ninstalled_ops = {installed_ops}\n"
+            f"torch_info = {{'version': '2.4', 'cuda_version': '{built_cuda}', 'hip_version': '0.0'}}\n"
+        )
     return site
 
 

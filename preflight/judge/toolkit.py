@@ -177,6 +177,13 @@ def judge_deepspeed_cuda(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Ve
         return skip("DeepSpeed is not installed and not announced (--with deepspeed)")
     if not torch.is_cuda_build or torch.cuda_release is None:
         return skip(f"{torch.describe()}: DeepSpeed builds CPU ops only, its CUDA check does not run")
+    if ds.prebuilt_ops and ds.prebuilt_cuda and ds.prebuilt_cuda != f"{torch.cuda_release[0]}.{torch.cuda_release[1]}":
+        return fail(
+            "DEEPSPEED_PREBUILT_CUDA_MISMATCH",
+            f"DeepSpeed {ds.version}'s pre-built ops ({', '.join(ds.prebuilt_ops)}) were compiled for CUDA "
+            f"{ds.prebuilt_cuda} but {torch.describe()}; DeepSpeed refuses to load them",
+            f"pip install --force-reinstall --no-cache-dir deepspeed=={ds.version}   # rebuilds against CUDA {torch.cuda}",
+        )
     if home.nvcc is None or home.nvcc.version is None:
         return skip(f"no usable toolkit at CUDA_HOME ({home.source}): see the CUDA toolkit check")
     table, honours_skip, origin = deepspeed_table(facts)
@@ -187,6 +194,8 @@ def judge_deepspeed_cuda(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Ve
     if ds.rule_problem:
         evidence["rule note"] = ds.rule_problem
     pair = f"toolkit {toolkit.describe()} at {home.path} vs torch's CUDA {torch.cuda}"
+    if ds.prebuilt_ops:
+        evidence["pre-built ops (not JIT-built)"] = ", ".join(ds.prebuilt_ops)
     verdict = deepspeed_accepts(table, toolkit.release, torch.cuda_release)
     if verdict == ACCEPT_EQUAL:
         return passed(f"{who} accepts {pair} (same release)", evidence=evidence)

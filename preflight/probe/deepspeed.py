@@ -38,6 +38,9 @@ class DeepSpeedFacts:
     rule: DeepSpeedRule | None = None
     rule_problem: str | None = None
     prebuilt_ops: tuple[str, ...] = ()
+    """Ops compiled into the wheel (``DS_BUILD_OPS=1``): not JIT-built, no toolkit needed."""
+    prebuilt_cuda: str | None = None
+    """``torch_info["cuda_version"]`` the pre-built ops were compiled for; None when not recorded."""
 
     @property
     def installed(self) -> bool:
@@ -62,12 +65,14 @@ def probe_deepspeed(env: Mapping[str, str]) -> DeepSpeedFacts:
     if spec is not None and spec.submodule_search_locations:
         roots.extend(Path(location).parent for location in spec.submodule_search_locations)
     rule, problem = _read_rule(roots)
+    prebuilt, built_with_cuda = _read_install_info(roots)
     return DeepSpeedFacts(
         version=dist.version,
         skip_cuda_check=skip,
         rule=rule,
         rule_problem=problem,
-        prebuilt_ops=_read_prebuilt_ops(roots),
+        prebuilt_ops=prebuilt,
+        prebuilt_cuda=built_with_cuda,
     )
 
 
@@ -101,22 +106,34 @@ def parse_deepspeed_rule(source: str, origin: str) -> tuple[DeepSpeedRule | None
     return DeepSpeedRule(table, "DS_SKIP_CUDA_CHECK" in source, origin), None
 
 
-def _read_prebuilt_ops(roots: list[Path]) -> tuple[str, ...]:
+def _read_install_info(roots: list[Path]) -> tuple[tuple[str, ...], str | None]:
+    """``(pre-built op names, CUDA they were compiled for)`` from git_version_info_installed.py."""
     for root in roots:
         path = root / DS_INSTALL_INFO
         if not path.is_file():
             continue
         try:
-            tree = ast.parse(path.read_text(errors="replace"))
+            values = _literal_assignments(path.read_text(errors="replace"), ("installed_ops", "torch_info"))
         except SyntaxError:
-            return ()
-        for node in tree.body:
-            if isinstance(node, ast.Assign) and any(
-                isinstance(t, ast.Name) and t.id == "installed_ops" for t in node.targets
-            ):
+            return (), None
+        ops = values.get("installed_ops")
+        built = tuple(sorted(name for name, flag in ops.items() if flag)) if isinstance(ops, dict) else ()
+        info = values.get("torch_info")
+        cuda = info.get("cuda_version") if isinstance(info, dict) else None
+        return built, (str(cuda) if cuda and str(cuda) != "0.0" else None)
+    return (), None
+
+
+def _literal_assignments(source: str, names: tuple[str, ...]) -> dict[str, object]:
+    """Top-level ``name = <literal>`` values; names whose value is not a literal are left out."""
+    found: dict[str, object] = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Name) and target.id in names:
                 try:
-                    ops = ast.literal_eval(node.value)
+                    found[target.id] = ast.literal_eval(node.value)
                 except ValueError:
-                    return ()
-                return tuple(sorted(name for name, built in ops.items() if built))
-    return ()
+                    pass
+    return found
