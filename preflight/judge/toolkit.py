@@ -16,7 +16,8 @@ import os
 from collections.abc import Mapping
 
 from preflight.judge.cuda_tables import DEEPSPEED_SNAPSHOT_SOURCE, DEEPSPEED_SNAPSHOT_TABLE
-from preflight.outcome import Verdict, error, fail, passed, skip, warn
+from preflight.outcome import Metric, Verdict, error, fail, passed, skip, warn
+from preflight.probe.jit_build import JitBuildResult
 from preflight.probe.toolkit import NvccProbe, ToolkitFacts
 
 ACCEPT_EQUAL = "equal"
@@ -239,3 +240,40 @@ def judge_build_tools(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdi
             "CXX_COMPILER_MISSING", f"{problems}: torch.compile and C++/CUDA extensions need one", " && ".join(fixes)
         )
     return passed(f"{problems} (only JIT extensions such as DeepSpeed ops need ninja); {cxx.version}")
+
+
+def jit_build_skip_reason(facts: ToolkitFacts) -> str | None:
+    """Why the slow JIT-build check does not apply here, or None when it should run."""
+    if not facts.deepspeed.installed:
+        return "DeepSpeed is not installed: no op to JIT-build (pip install deepspeed first)"
+    if not facts.torch.is_cuda_build:
+        return f"{facts.torch.describe()}: DeepSpeed's CUDA ops cannot be built"
+    return None
+
+
+def judge_jit_build(facts: ToolkitFacts, result: JitBuildResult) -> Verdict:
+    """The build log decides: PASS with the time it took, FAIL with the compiler's words."""
+    toolkit = facts.cuda_home.nvcc.describe() if facts.cuda_home.nvcc else "no nvcc at CUDA_HOME"
+    who = f"DeepSpeed {facts.deepspeed.version} {result.op}"
+    evidence = {"build log (tail)": result.tail()}
+    metrics = (Metric("jit_build_seconds", round(result.duration_s, 1), "s"),)
+    if result.ok:
+        return passed(
+            f"{who} JIT-built in {result.duration_s:.0f} s with {toolkit}", metrics=metrics, evidence=evidence
+        )
+    if result.timed_out:
+        return error(
+            f"{who} JIT build did not finish within {result.duration_s:.0f} s ({toolkit})",
+            code="JIT_BUILD_TIMEOUT", evidence=evidence, metrics=metrics,
+        )
+    errors = [line for line in result.error_lines if "error" in line.lower()] or list(result.error_lines)
+    first = errors[0] if errors else f"exit code {result.returncode}, no error line found"
+    evidence["compiler errors"] = "\n".join(result.error_lines) or result.tail(20)
+    return fail(
+        "DEEPSPEED_JIT_BUILD_FAILED",
+        f"{who} JIT build failed ({toolkit}, torch CUDA {facts.torch.cuda}): {first[:300]}",
+        "Reproduce and read the first error: TORCH_EXTENSIONS_DIR=$(mktemp -d) python -c "
+        f"'from deepspeed.ops.op_builder import {result.op}; {result.op}().jit_load(verbose=True)'",
+        evidence=evidence,
+        metrics=metrics,
+    )
