@@ -336,3 +336,24 @@ def test_deepspeed_prebuilt_ops_for_other_cuda(tmp_path: Path) -> None:
     )
     passed_verdict = _status(judge_deepspeed_cuda(same), Status.PASS)
     assert passed_verdict.evidence["pre-built ops (not JIT-built)"] == "cpu_adam"
+
+
+def test_cuda_from_nvml() -> None:
+    from preflight.judge.cuda_runtime import cuda_from_nvml
+
+    assert cuda_from_nvml(12040) == (12, 4)
+    assert cuda_from_nvml(13000) == (13, 0)
+    assert cuda_from_nvml(11080) == (11, 8)
+    assert cuda_from_nvml(0) is None and cuda_from_nvml(None) is None
+
+
+def test_major_mismatch_reported_before_missing_headers(tmp_path: Path) -> None:
+    fake_toolkit(tmp_path / "cuda-12.8", "12.8")
+    root = fake_toolkit(tmp_path / "wrapped", "13.0", headers=False)
+    facts = probe_toolkit(
+        path_env(root / "bin"), torch_module=fake_torch("2.9.0+cu128", "12.8"),
+        toolkit_glob=str(tmp_path / "cuda-*"), default_cuda_home=NOWHERE,
+    )
+    verdict = _status(judge_toolkit(facts), Status.WARN, "TOOLKIT_MAJOR_MISMATCH")
+    _names(verdict, "13.0", "12.8", "cuda_runtime_api.h is missing too")
+    assert verdict.remediation is not None and verdict.remediation.startswith(f"export CUDA_HOME={tmp_path / 'cuda-12.8'}")

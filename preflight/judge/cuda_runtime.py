@@ -55,6 +55,13 @@ class GpuCapability:
         return f"sm_{self.capability[0]}{self.capability[1]}"
 
 
+def cuda_from_nvml(value: int | None) -> tuple[int, int] | None:
+    """``nvmlSystemGetCudaDriverVersion`` encodes 12.4 as ``12040`` (1000*major + 10*minor)."""
+    if value is None or value <= 0:
+        return None
+    return value // 1000, (value % 1000) // 10
+
+
 def _release(release: tuple[int, int]) -> str:
     return f"{release[0]}.{release[1]}"
 

@@ -121,21 +121,22 @@ def judge_toolkit(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
             evidence=evidence,
         )
     toolkit = home.nvcc.version
+    need = torch.cuda_release
+    no_headers = "" if home.has_headers else f"; {home.path}/include/cuda_runtime_api.h is missing too"
+    if need and toolkit.release[0] != need[0]:
+        return verdict(
+            "TOOLKIT_MAJOR_MISMATCH",
+            f"toolkit {toolkit.describe()} at {home.path} and torch's CUDA {torch.cuda} differ in major version; "
+            f"torch.utils.cpp_extension refuses to build CUDA extensions{no_headers}",
+            _install_hint(facts, torch.cuda or "", need),
+            evidence=evidence,
+        )
     if not home.has_headers:
         return verdict(
             "CUDA_HOME_WITHOUT_HEADERS",
             f"CUDA_HOME={home.path} ({home.source}) has {toolkit.describe()} but no include/cuda_runtime_api.h; "
             f"JIT builds against torch's CUDA {torch.cuda} will not find the CUDA headers",
-            _install_hint(facts, toolkit.release_text),
-            evidence=evidence,
-        )
-    need = torch.cuda_release
-    if need and toolkit.release[0] != need[0]:
-        return verdict(
-            "TOOLKIT_MAJOR_MISMATCH",
-            f"toolkit {toolkit.describe()} at {home.path} and torch's CUDA {torch.cuda} differ in major version; "
-            "torch.utils.cpp_extension refuses to build CUDA extensions",
-            _install_hint(facts, torch.cuda or "", need),
+            _install_hint(facts, toolkit.release_text, need),
             evidence=evidence,
         )
     return passed(
