@@ -90,7 +90,8 @@ def judge_torch_build(torch: TorchFacts, gpu_count: int | None, driver: DriverFa
     if gpu_count is None:
         return skip(f"GPU count unknown (NVML unavailable); {torch.describe()}")
     if gpu_count == 0:
-        return skip(f"no NVIDIA GPU visible: {torch.describe()} is only checked against GPUs")
+        why = f" ({driver.problem})" if driver and driver.problem else ""
+        return skip(f"no NVIDIA GPU visible{why}: {torch.describe()} is only checked against GPUs")
     if torch.is_cuda_build:
         return passed(f"{torch.describe()} on a node with {gpu_count} NVIDIA GPU(s)")
     wheel = wheel_for_driver(driver.cuda) if driver and driver.cuda else None
@@ -106,7 +107,8 @@ def judge_driver_for_torch(torch: TorchFacts, driver: DriverFacts, gpu_count: in
     """torch's CUDA needs the driver's CUDA to be at least as new, or a driver that qualifies for
     minor version compatibility within the same major (CUDA 11 on)."""
     if gpu_count == 0:
-        return skip(f"no NVIDIA GPU visible: no driver to check {torch.describe()} against")
+        why = f" ({driver.problem})" if driver.problem else ""
+        return skip(f"no NVIDIA GPU visible{why}: no driver to check {torch.describe()} against")
     need = torch.cuda_release
     if need is None:
         return skip(f"{torch.describe()}: no CUDA runtime to match against the driver")
