@@ -33,7 +33,10 @@ def test_gpu_arch_in_torch(record, toolkit_facts, cuda_node, cuda_gpu):
     """torch carries kernels for the GPU's compute capability"""
     if cuda_gpu is None:
         reason = cuda_node.note or "NVML listed none"
-        record(skip(f"no NVIDIA GPU visible: {reason}; {toolkit_facts.torch.describe()}"))
+        if cuda_node.gpus is None:
+            record(skip(f"GPU list unknown ({reason}); cannot match {toolkit_facts.torch.describe()}"))
+        else:
+            record(skip(f"no NVIDIA GPU visible: {reason}; {toolkit_facts.torch.describe()}"))
         return
     record(judge_gpu_arch(toolkit_facts.torch, cuda_gpu, cuda_node.driver))
 

@@ -248,3 +248,16 @@ def test_probe_deepspeed_absent_and_skip_spelling(tmp_path: Path, monkeypatch: p
     assert missing_rule.installed and missing_rule.rule is None
     assert missing_rule.prebuilt_ops == () and missing_rule.prebuilt_cuda is None
     assert "builder.py not found" in (missing_rule.rule_problem or "")
+
+
+def test_probe_reads_the_process_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    fake_nvcc(tmp_path / "bin", capture("12.8"))
+    home = fake_toolkit(tmp_path / "cuda-12.1", "12.1")
+    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
+    monkeypatch.setenv("CUDA_HOME", str(home))
+    monkeypatch.setenv("DS_SKIP_CUDA_CHECK", "1")
+    facts = probe_toolkit(torch_module=fake_torch("2.7.0+cu128", "12.8"), toolkit_glob=NOWHERE)
+    assert facts.first_nvcc is not None and facts.first_nvcc.path == str(tmp_path / "bin" / "nvcc")
+    assert facts.cuda_home.path == str(home) and facts.cuda_home.nvcc is not None
+    assert facts.deepspeed.skip_cuda_check == "1"
+    assert not facts.ninja.found

@@ -62,10 +62,14 @@ MIN_CUDA_FOR_CAPABILITY: Mapping[tuple[int, int], tuple[int, int]] = {
 EXACT_ONLY_CAPABILITIES = frozenset({(5, 3), (6, 2), (7, 2), (8, 7)})
 
 # DeepSpeed's ``cuda_minor_mismatch_ok`` when the installed copy cannot be read (or DeepSpeed is
-# only announced with ``--with deepspeed``). Read from deepspeedai/DeepSpeed op_builder/builder.py
-# in the public code index (master, 2025: 12.9 added by PR #7394, 12.8 by #6975, 12.4/12.5 by
-# #5591, 12.0-12.3 by #4613). DeepSpeed 0.15.0's wheel (also read) lists 12 -> 12.0-12.5 only,
-# which is why the installed copy is preferred. ``DS_SKIP_CUDA_CHECK`` exists since PR #3436.
+# only announced with ``--with deepspeed``). Versions checked in the public code index:
+# - deepspeedai/DeepSpeed op_builder/builder.py at 06450fcc05dbcc1dc7cbd85788e6f63460d1a550 (master,
+#   2025): 10 -> 10.0-10.2, 11 -> 11.0-11.8, 12 -> 12.0-12.6, 12.8, 12.9 ("no CUDATk 12.7"); this table.
+# - the deepspeed 0.15.0 wheel (deepspeed/ops/op_builder/builder.py) and microsoft/DeepSpeed at
+#   01f049f1f2eb: 12 -> 12.0-12.5 only. Older copies: 11 -> 11.0-11.3 (PR #1139), then to 11.8.
+# History from the PRs: 12.0-12.3 #4613, 12.4/12.5 #5591, 12.8 #6975, 12.9 #7394;
+# ``DS_SKIP_CUDA_CHECK`` since #3436. The rule itself (equal major.minor, else both in the table of
+# the toolkit's major, else DS_SKIP_CUDA_CHECK=1, else CUDAMismatchException) is the same in all.
 DEEPSPEED_SNAPSHOT_TABLE: Mapping[int, tuple[str, ...]] = {
     10: ("10.0", "10.1", "10.2"),
     11: ("11.0", "11.1", "11.2", "11.3", "11.4", "11.5", "11.6", "11.7", "11.8"),
