@@ -81,6 +81,7 @@ def test_build_failure_keeps_compiler_words(fake_site: Path) -> None:
 def test_build_deadline_kills_the_child(fake_site: Path) -> None:
     result = run_jit_build(timeout_s=1.5, env=_env(fake_site, FAKE_JIT_MODE="hang"))
     assert result.timed_out and not result.ok and result.duration_s < 30
+    assert "as PyTorch extensions root" in result.output  # unbuffered: progress survives the kill
 
 
 def test_missing_builder_is_a_failure_not_a_crash(fake_site: Path) -> None:

@@ -67,7 +67,7 @@ def run_jit_build(
     """Build DeepSpeed's ``op`` builder just in time in a child interpreter; never raises."""
     base = dict(os.environ if env is None else env)
     with tempfile.TemporaryDirectory(prefix="preflight-jit-") as extensions:
-        child_env = {**base, "TORCH_EXTENSIONS_DIR": extensions}
+        child_env = {**base, "TORCH_EXTENSIONS_DIR": extensions, "PYTHONUNBUFFERED": "1"}
         result = runner([python, "-c", _CHILD, op], timeout_s=timeout_s, env=child_env)
     output = "\n".join(part for part in (result.stdout, result.stderr) if part)
     ok = result.ok and OK_MARKER in result.stdout
