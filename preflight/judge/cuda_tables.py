@@ -65,6 +65,7 @@ EXACT_ONLY_CAPABILITIES = frozenset({(5, 3), (6, 2), (7, 2), (8, 7)})
 # only announced with ``--with deepspeed``). Versions checked in the public code index:
 # - deepspeedai/DeepSpeed op_builder/builder.py at 06450fcc05dbcc1dc7cbd85788e6f63460d1a550 (master,
 #   2025): 10 -> 10.0-10.2, 11 -> 11.0-11.8, 12 -> 12.0-12.6, 12.8, 12.9 ("no CUDATk 12.7"); this table.
+#   The deepspeed 0.19.8 sdist from PyPI (newest in Nov 2026, read with pip download) is identical.
 # - the deepspeed 0.15.0 wheel (deepspeed/ops/op_builder/builder.py) and microsoft/DeepSpeed at
 #   01f049f1f2eb: 12 -> 12.0-12.5 only. Older copies: 11 -> 11.0-11.3 (PR #1139), then to 11.8.
 # History from the PRs: 12.0-12.3 #4613, 12.4/12.5 #5591, 12.8 #6975, 12.9 #7394;

@@ -6,8 +6,9 @@ Plain DDP and FSDP need no toolkit; DeepSpeed compiles its ops on first use with
 same ``major.minor`` passes; otherwise both releases must be listed in
 ``cuda_minor_mismatch_ok[toolkit_major]``; otherwise ``DS_SKIP_CUDA_CHECK=1`` lets it through with
 a warning; otherwise it raises ``CUDAMismatchException``. The table is read from the installed
-DeepSpeed when possible (it changed across releases: 0.15.0 lists 12.0-12.5, master 12.0-12.6,
-12.8, 12.9) and falls back to :data:`~preflight.judge.cuda_tables.DEEPSPEED_SNAPSHOT_TABLE`.
+DeepSpeed when possible (it changed across releases: 0.15.0 lists 12.0-12.5; 0.19.8, the newest on
+PyPI when this was written, lists 12.0-12.6, 12.8, 12.9 and nothing for 13.x, so a 13.x toolkit must
+match torch exactly) and falls back to :data:`~preflight.judge.cuda_tables.DEEPSPEED_SNAPSHOT_TABLE`.
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def _install_hint(facts: ToolkitFacts, release: str, accept: tuple[int, int] | N
             probe.version.release_text == release
             or (accept and deepspeed_accepts(table, probe.version.release, accept) != REFUSED)
         )
-        if fits and os.path.isfile(os.path.join(_root(probe), "include", "cuda_runtime_api.h")):
+        if fits and probe.root_has_headers:
             return f"export CUDA_HOME={_root(probe)}   # {probe.describe()}, already installed"
     dashed = release.replace(".", "-")
     return (

@@ -22,7 +22,7 @@ import os
 import shlex
 import shutil
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import ModuleType
 from typing import Any
 
@@ -85,6 +85,8 @@ class NvccProbe:
     version: NvccVersion | None
     output: str
     problem: str | None = None
+    root_has_headers: bool = False
+    """``<path>/../../include/cuda_runtime_api.h`` exists: the folder can serve as CUDA_HOME."""
 
     def describe(self) -> str:
         """``CUDA 12.4 (V12.4.131) at /usr/local/cuda-12.4/bin/nvcc``."""
@@ -244,16 +246,23 @@ def probe_nvcc(
 ) -> NvccProbe:
     """Run ``<path> --version`` under a deadline and parse it; failures are values."""
     resolved = os.path.realpath(path)
+    headers = root_has_headers(path)
     if not os.path.isfile(path):
-        return NvccProbe(path, resolved, None, "", problem=f"{path} does not exist")
+        return NvccProbe(path, resolved, None, "", f"{path} does not exist", headers)
     result = runner([path, "--version"], timeout_s=timeout_s)
     output = (result.stdout + result.stderr).strip()
     if not result.ok:
-        return NvccProbe(path, resolved, None, output, problem=result.describe_failure())
+        return NvccProbe(path, resolved, None, output, result.describe_failure(), headers)
     try:
-        return NvccProbe(path, resolved, parse_nvcc_version(result.stdout), output)
+        return NvccProbe(path, resolved, parse_nvcc_version(result.stdout), output, None, headers)
     except NvccParseError as exc:
-        return NvccProbe(path, resolved, None, output, problem=str(exc))
+        return NvccProbe(path, resolved, None, output, str(exc), headers)
+
+
+def root_has_headers(nvcc_path: str) -> bool:
+    """Does the toolkit folder of ``<root>/bin/nvcc`` hold the CUDA runtime headers?"""
+    root = os.path.dirname(os.path.dirname(nvcc_path))
+    return os.path.isfile(os.path.join(root, "include", "cuda_runtime_api.h"))
 
 
 def probe_tool(
@@ -299,7 +308,7 @@ def probe_toolkit(
         if key not in cache:
             cache[key] = probe_nvcc(path, runner)
         hit = cache[key]
-        return hit if hit.path == path else NvccProbe(path, hit.resolved, hit.version, hit.output, hit.problem)
+        return hit if hit.path == path else replace(hit, path=path, root_has_headers=root_has_headers(path))
 
     on_path = tuple(nvcc(path) for path in nvcc_on_path(env))
     home_path, how = resolve_cuda_home(
@@ -310,7 +319,7 @@ def probe_toolkit(
     if home_path:
         candidate = os.path.join(home_path, "bin", "nvcc")
         home_nvcc = nvcc(candidate) if os.path.exists(candidate) else None
-        has_headers = os.path.isfile(os.path.join(home_path, "include", "cuda_runtime_api.h"))
+        has_headers = root_has_headers(candidate)
     seen = {probe.resolved for probe in on_path} | ({home_nvcc.resolved} if home_nvcc else set())
     others = tuple(
         nvcc(path)
