@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -12,7 +13,7 @@ from preflight.judge.toolkit import jit_build_skip_reason, judge_jit_build
 from preflight.outcome import Status
 from preflight.probe.deepspeed import DeepSpeedFacts
 from preflight.probe.jit_build import JitBuildResult, compiler_errors, run_jit_build
-from preflight.probe.toolkit import probe_toolkit
+from preflight.probe.toolkit import ToolkitFacts, probe_toolkit
 from tests.toolkit_fakes import fake_toolkit, fake_torch, path_env
 
 BUILD_LOG = """\
@@ -89,15 +90,15 @@ def test_missing_builder_is_a_failure_not_a_crash(fake_site: Path) -> None:
     assert not result.ok and any("AttributeError" in line or "NoSuchBuilder" in line for line in result.output.splitlines())
 
 
-def _facts(tmp_path: Path, cuda: str | None = "12.4", ds: str | None = "0.16.9"):  # type: ignore[no-untyped-def]
+def _facts(tmp_path: Path, cuda: str | None = "12.4", ds: str | None = "0.16.9") -> ToolkitFacts:
     home = fake_toolkit(tmp_path / "cuda-12.4", "12.4")
     facts = probe_toolkit(path_env(home / "bin"), torch_module=fake_torch("2.4.1", cuda), toolkit_glob="/nonexistent")
     return dataclasses.replace(facts, deepspeed=DeepSpeedFacts(version=ds, skip_cuda_check=None))
 
 
-def _result(**changes: object) -> JitBuildResult:
+def _result(**changes: Any) -> JitBuildResult:
     base = JitBuildResult("FusedAdamBuilder", True, False, 74.2, 0, "built", ())
-    return dataclasses.replace(base, **changes)  # type: ignore[arg-type]
+    return dataclasses.replace(base, **changes)
 
 
 def test_judge_jit_build(tmp_path: Path) -> None:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -35,7 +35,7 @@ CAPTURES = sorted(NVCC_CAPTURES.glob("nvcc-*.txt")) if NVCC_CAPTURES.is_dir() el
 NOWHERE = "/nonexistent/preflight/cuda"
 
 
-def _which(table: Mapping[str, str]):  # type: ignore[no-untyped-def]
+def _which(table: Mapping[str, str]) -> Callable[[str], str | None]:
     return lambda name: table.get(name)
 
 

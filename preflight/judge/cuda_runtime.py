@@ -131,16 +131,16 @@ def judge_driver_for_torch(torch: TorchFacts, driver: DriverFacts, gpu_count: in
             f"(CUDA {need[0]}.x needs >= {mvc})",
             evidence=evidence,
         )
-    if native is None and mvc is None:
-        return skip(f"no published minimum driver known for CUDA {torch.cuda}; {driver.describe()}")
     minimum = mvc or native
+    if minimum is None:
+        return skip(f"no published minimum driver known for CUDA {torch.cuda}; {driver.describe()}")
+    full = f"; its full feature set needs >= {native}" if native and native != minimum else ""
     wheel = wheel_for_driver(driver.cuda) if driver.cuda else None
     return fail(
         "DRIVER_TOO_OLD_FOR_TORCH",
         f"{driver.describe()} is too old for {torch.describe()}: needs driver >= {minimum}",
-        f"Upgrade the NVIDIA driver to >= {minimum} (CUDA {torch.cuda}; native minimum {native or minimum}), "
-        f"e.g. driver branch {minimum.split('.')[0]} or newer; or: "
-        + _reinstall(torch, wheel, "which this driver supports"),
+        f"Upgrade the NVIDIA driver to >= {minimum} for CUDA {torch.cuda}{full} (driver branch "
+        f"{minimum.split('.')[0]} or newer); or: " + _reinstall(torch, wheel, "which this driver supports"),
         evidence=evidence,
     )
 

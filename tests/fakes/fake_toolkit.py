@@ -34,7 +34,7 @@ def _node(spec: dict[str, Any]) -> CudaNode:
     cuda = tuple(driver["cuda"]) if driver.get("cuda") else None
     gpus = tuple(GpuCapability(g["index"], g["name"], tuple(g["capability"])) for g in spec.get("gpus", []))
     problem = None if driver else "fake node without an NVIDIA driver"
-    return CudaNode(DriverFacts(driver.get("version"), cuda, problem), gpus, problem or "")  # type: ignore[arg-type]
+    return CudaNode(DriverFacts(driver.get("version"), cuda, problem), gpus, problem or "")
 
 
 def pytest_configure(config: pytest.Config) -> None:
