@@ -29,16 +29,16 @@ def test_driver_supports_torch_cuda(record, toolkit_facts, cuda_node):
 
 
 @pytest.mark.gpu
-def test_gpu_arch_in_torch(record, toolkit_facts, cuda_node, cuda_gpu):
+def test_gpu_arch_in_torch(record, toolkit_facts, cuda_node, gpu, gpu_skip):
     """torch carries kernels for the GPU's compute capability"""
-    if cuda_gpu is None:
-        reason = cuda_node.note or "NVML listed none"
-        if cuda_node.gpus is None:
-            record(skip(f"GPU list unknown ({reason}); cannot match {toolkit_facts.torch.describe()}"))
-        else:
-            record(skip(f"no NVIDIA GPU visible: {reason}; {toolkit_facts.torch.describe()}"))
+    if gpu_skip is not None:
+        record(gpu_skip)
         return
-    record(judge_gpu_arch(toolkit_facts.torch, cuda_gpu, cuda_node.driver))
+    capability = next((g for g in cuda_node.gpus or () if g.index == gpu.index), None)
+    if capability is None:
+        record(skip(f"GPU{gpu.index}: NVML reports no compute capability ({gpu.compute_capability})"))
+        return
+    record(judge_gpu_arch(toolkit_facts.torch, capability, cuda_node.driver))
 
 
 def test_cuda_toolkit_for_jit_builds(record, toolkit_facts, frameworks):
