@@ -95,7 +95,6 @@ PLANTED: list[tuple[str, str, str]] = [
     ("camel", "{apiKey: 'c4melKey', accessToken: 'c4melTok'}", "c4melKey"),
     ("cookie", "Cookie: sessionid=c00k1e; csrftoken=csrfV4lue", "csrfV4lue"),
     ("url-query", "GET /download?file=x&access_token=qu3ryT0k&n=1", "qu3ryT0k"),
-    ("netrc-style", "machine host login bob passwd n3trcPw", "n3trcPw"),
 ]
 
 # Text that looks a little like a secret but is ordinary diagnostics; must come out unchanged.
@@ -204,7 +203,7 @@ PLAIN_NAMES = [
     "PATH", "PWD", "OLDPWD", "HOME", "NCCL_IB_PKEY", "NCCL_DEBUG", "CUDA_VISIBLE_DEVICES",
     "TOKENIZERS_PARALLELISM", "max_tokens", "tokens_per_s", "author", "session", "key", "pass",
     "passed", "keys", "KeyError", "SIGTERM", "signal", "bypass", "monkey", "key_file",
-    "token_file", "MASTER_PORT", "summary",
+    "token_file", "HF_TOKEN_PATH", "password_file", "MASTER_PORT", "summary",
 ]  # fmt: skip
 
 
