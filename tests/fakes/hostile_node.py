@@ -1,0 +1,59 @@
+"""Test-only pytest plugin (``-p tests.fakes.hostile_node``): a node whose every self-description
+is hostile, and a run that stalls at a chosen point so a test can interrupt it there.
+
+- the hostname and a GPU name carry markup, and a node fact section carries secrets;
+- ``PREFLIGHT_TEST_STALL=collect|collected|check|report`` with ``PREFLIGHT_TEST_STALL_MARK=PATH``
+  writes PATH and sleeps when the run reaches that point (``check`` is done by
+  ``planted_checks.test_planted_stall``); checks of planted_checks run before the shipped ones.
+It never ships with preflight.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from preflight.report import collector as report_collector
+from preflight.report.facts import add_fact
+from tests.fakes import planted
+
+STALL_S = 600.0
+
+
+def _stall(point: str) -> None:
+    if os.environ.get("PREFLIGHT_TEST_STALL") == point:
+        Path(os.environ["PREFLIGHT_TEST_STALL_MARK"]).write_text(point)
+        time.sleep(STALL_S)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    socket.gethostname = lambda: planted.HOSTNAME  # type: ignore[assignment]
+    add_fact(config, "gpus", [{"index": 0, "name": planted.GPU_NAME, "uuid": "GPU-5f3e6b0e-1234-abcd-ef01-23456789abcd"}])
+    add_fact(config, f"planted{planted.MARKUP}", {planted.MARKUP: planted.URL_WITH_PASSWORD,
+                                                  "token": planted.PLAIN_TOKEN, "note": planted.HF_TOKEN})
+    if os.environ.get("PREFLIGHT_TEST_STALL") == "report":
+        render = report_collector.render_html
+
+        def slow_render(report: dict[str, Any]) -> str:
+            _stall("report")
+            return render(report)
+
+        report_collector.render_html = slow_render  # type: ignore[assignment]
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    if isinstance(collector, pytest.Module):
+        _stall("collect")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: "planted" not in item.nodeid)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _stall("collected")
