@@ -164,7 +164,8 @@ def test_url_keeps_user_host_and_path() -> None:
 
 
 def test_truncated_private_key_is_removed_up_to_the_end_of_its_body() -> None:
-    text = "before\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIFAKE+/=\nMoreBase64==\nTraceback (most recent call last):\n"
+    text = ("before\n-----BEGIN EC PRIVATE KEY-----\nMHcCAQEEIFAKE+/=\nMoreBase64==\n"
+            "Traceback (most recent call last):\n")
     redacted = redact_text(text)
     assert "MHcCAQEEIFAKE" not in redacted and "MoreBase64" not in redacted
     assert redacted == "before\n[REDACTED PRIVATE KEY]Traceback (most recent call last):\n"
@@ -396,8 +397,8 @@ def test_real_capture_with_planted_secret_changes_only_there(
 ) -> None:
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
     middle = len(lines) // 2
-    planted = "".join(lines[:middle] + [_PLANT] + lines[middle:])
-    expected = "".join(lines[:middle] + [_PLANT_REDACTED] + lines[middle:])
+    planted = "".join([*lines[:middle], _PLANT, *lines[middle:]])
+    expected = "".join([*lines[:middle], _PLANT_REDACTED, *lines[middle:]])
     assert redact_text(planted) == expected
 
 

@@ -6,6 +6,7 @@ replaced when the *name* looks secret, whatever the value looks like.
 
 from __future__ import annotations
 
+import itertools
 import re
 import string
 
@@ -59,7 +60,7 @@ def is_secret_name(name: str) -> bool:
             return True
     if len(words) >= 2 and words[-1] in _SECRET_LAST_WORDS:
         return True
-    return any(pair in _SECRET_PAIRS for pair in zip(words, words[1:]))
+    return any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words))
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,7 +33,8 @@ def _stall(point: str) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     socket.gethostname = lambda: planted.HOSTNAME  # type: ignore[assignment]
-    add_fact(config, "gpus", [{"index": 0, "name": planted.GPU_NAME, "uuid": "GPU-5f3e6b0e-1234-abcd-ef01-23456789abcd"}])
+    gpu = {"index": 0, "name": planted.GPU_NAME, "uuid": "GPU-5f3e6b0e-1234-abcd-ef01-23456789abcd"}
+    add_fact(config, "gpus", [gpu])
     add_fact(config, f"planted{planted.MARKUP}", {planted.MARKUP: planted.URL_WITH_PASSWORD,
                                                   "token": planted.PLAIN_TOKEN, "note": planted.HF_TOKEN})
     if os.environ.get("PREFLIGHT_TEST_STALL") == "report":

@@ -21,7 +21,7 @@ def test_planted_pass() -> None:
     """A check that passes before anything goes wrong."""
 
 
-def test_planted_fail_with_secrets(record) -> None:  # noqa: ANN001 - pytest fixture
+def test_planted_fail_with_secrets(record) -> None:
     """A check whose failure text quotes secrets."""
     print(f"debug: HF_TOKEN={planted.HF_TOKEN} via {planted.URL_WITH_PASSWORD}")
     print(f"Authorization: Bearer {planted.BEARER}", file=sys.stderr)
@@ -35,7 +35,8 @@ def test_planted_fail_with_secrets(record) -> None:  # noqa: ANN001 - pytest fix
 
 def test_planted_crash() -> None:
     """A check that crashes with a secret in its exception."""
-    raise RuntimeError(f"{planted.MARKUP} could not reach {planted.URL_WITH_PASSWORD} as {planted.AWS_KEY_ID} password={planted.PASSWORD}")
+    raise RuntimeError(f"{planted.MARKUP} could not reach {planted.URL_WITH_PASSWORD} as {planted.AWS_KEY_ID} "
+                       f"password={planted.PASSWORD}")
 
 
 def test_planted_assert() -> None:
@@ -44,7 +45,7 @@ def test_planted_assert() -> None:
 
 
 @pytest.mark.parametrize("where", [pytest.param(1, id=f"gpu0{planted.MARKUP}")])
-def test_planted_markup(record, where: int) -> None:  # noqa: ANN001 - pytest fixture
+def test_planted_markup(record, where: int) -> None:
     """<b>Markup</b> in the title <script>alert('title')</script>"""
     record.metric("planted_markup", 1, planted.MARKUP, label=planted.MARKUP)
     record.evidence(planted.MARKUP, planted.MARKUP)
