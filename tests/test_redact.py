@@ -420,12 +420,13 @@ def _big_log(size: int, shared: Path) -> str:
 
 
 def test_multi_megabyte_log_is_fast(shared_fixtures: Path) -> None:
+    """CPU time of this process, best of three: other work on a loaded machine does not count."""
     log = _big_log(5_000_000, shared_fixtures)
     best = float("inf")
     for _ in range(3):
-        started = time.perf_counter()
+        started = time.process_time()
         redacted = redact_text(log)
-        best = min(best, time.perf_counter() - started)
+        best = min(best, time.process_time() - started)
     assert "hf_aBcDeFgHiJkLmNoPqRsTuVwXyZ" not in redacted
     assert "hunter2" not in redacted
     assert best < 1.0, f"redacting {len(log) / 1e6:.1f} MB took {best:.2f} s"

@@ -1,7 +1,9 @@
 """Test-only pytest plugin (``-p tests.fakes.hostile_node``): a node whose every self-description
 is hostile, and a run that stalls at a chosen point so a test can interrupt it there.
 
-- the hostname and a GPU name carry markup, and a node fact section carries secrets;
+- the hostname carries markup and a node fact section carries secrets and markup;
+- ``PREFLIGHT_TEST_HOSTILE_GPU=1``: the GPU checks see a fake NVML machine (one A10G) whose GPU
+  name carries markup, through the real inventory fixtures;
 - ``PREFLIGHT_TEST_STALL=collect|collected|check|report`` with ``PREFLIGHT_TEST_STALL_MARK=PATH``
   writes PATH and sleeps when the run reaches that point (``check`` is done by
   ``planted_checks.test_planted_stall``); checks of planted_checks run before the shipped ones.
@@ -10,6 +12,7 @@ It never ships with preflight.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import time
@@ -18,9 +21,12 @@ from typing import Any
 
 import pytest
 
+from preflight.fixtures.gpus import NVML_BACKEND_KEY
 from preflight.report import collector as report_collector
 from preflight.report.facts import add_fact
 from tests.fakes import planted
+from tests.fakes.nvml import FakeNvml
+from tests.fakes.nvml_profiles import PROFILES
 
 STALL_S = 600.0
 
@@ -33,8 +39,11 @@ def _stall(point: str) -> None:
 
 def pytest_configure(config: pytest.Config) -> None:
     socket.gethostname = lambda: planted.HOSTNAME  # type: ignore[assignment]
-    gpu = {"index": 0, "name": planted.GPU_NAME, "uuid": "GPU-5f3e6b0e-1234-abcd-ef01-23456789abcd"}
-    add_fact(config, "gpus", [gpu])
+    if os.environ.get("PREFLIGHT_TEST_HOSTILE_GPU") == "1":
+        spec = PROFILES["1x-a10g"]
+        gpus = tuple(dataclasses.replace(gpu, name=planted.GPU_NAME) for gpu in spec.gpus)
+        hostile = dataclasses.replace(spec, gpus=gpus)
+        config.stash[NVML_BACKEND_KEY] = FakeNvml(hostile)
     add_fact(config, f"planted{planted.MARKUP}", {planted.MARKUP: planted.URL_WITH_PASSWORD,
                                                   "token": planted.PLAIN_TOKEN, "note": planted.HF_TOKEN})
     if os.environ.get("PREFLIGHT_TEST_STALL") == "report":
