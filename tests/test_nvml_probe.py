@@ -15,9 +15,9 @@ from preflight.probe.nvml import (
     NO_PERMISSION,
     NOT_SUPPORTED,
     P2P_CAPS_NVLINK,
-    GpuProcess,
     P2P_CAPS_READ,
     QUERY_FAILED,
+    GpuProcess,
     NvmlBackend,
     NvmlQueryError,
     NvmlUnavailableError,
@@ -127,7 +127,9 @@ def test_real_library_on_this_machine() -> None:
 
 
 def test_not_supported_is_the_sentinel() -> None:
-    backend = FakeNvml.from_profile("1x-a10g", not_supported={"nvmlDeviceGetTemperature", "nvmlSystemGetCudaDriverVersion"})
+    backend = FakeNvml.from_profile(
+        "1x-a10g", not_supported={"nvmlDeviceGetTemperature", "nvmlSystemGetCudaDriverVersion"}
+    )
     assert backend.temperature(0) is NOT_SUPPORTED
     inventory = gather_inventory(backend)
     assert inventory.gpus[0].temperature_c is NOT_SUPPORTED
@@ -222,7 +224,14 @@ def test_mig_devices_are_listed_on_mig_gpus_only() -> None:
 
 # -- NVLink per link and P2P per pair, per profile ---------------------------------------------------
 
-LINKS = {"8x-h100-sxm": 18, "8x-a100-sxm": 12, "4x-a100-pcie-bridged": 12, "8x-l40s": 0, "1x-a10g": 0, "8x-v100-sxm2": 6}
+LINKS = {
+    "8x-h100-sxm": 18,
+    "8x-a100-sxm": 12,
+    "4x-a100-pcie-bridged": 12,
+    "8x-l40s": 0,
+    "1x-a10g": 0,
+    "8x-v100-sxm2": 6,
+}
 NVLINK_VERSION = {"8x-h100-sxm": 6, "8x-a100-sxm": 4, "4x-a100-pcie-bridged": 4, "8x-v100-sxm2": 2}
 
 
@@ -297,4 +306,6 @@ def test_pynvml_read_constant_is_a_tuple_so_the_backend_uses_its_own() -> None:
     if isinstance(pynvml.NVML_P2P_CAPS_INDEX_READ, tuple):
         backend.device_count()
         with pytest.raises(ctypes.ArgumentError):
-            backend.library.nvmlDeviceGetP2PStatus(backend._handle(0), backend._handle(1), pynvml.NVML_P2P_CAPS_INDEX_READ)
+            backend.library.nvmlDeviceGetP2PStatus(
+                backend._handle(0), backend._handle(1), pynvml.NVML_P2P_CAPS_INDEX_READ
+            )

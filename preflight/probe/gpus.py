@@ -138,8 +138,8 @@ class GpuInfo:
             "memory_repairs": text(rows, lambda r: "failed" if r.failed else "pending" if r.pending else "ok")
             if not isinstance(rows, Absent)
             else text(self.retired_pages_pending, lambda p: "retirement pending" if p else "ok"),
-            "pcie": f"{text(self.pcie_current, lambda l: f'Gen{l[0]} x{l[1]}')} of "
-            f"{text(self.pcie_max, lambda l: f'Gen{l[0]} x{l[1]}')}",
+            "pcie": f"{text(self.pcie_current, lambda link: f'Gen{link[0]} x{link[1]}')} of "
+            f"{text(self.pcie_max, lambda link: f'Gen{link[0]} x{link[1]}')}",
             "temp_c": text(self.temperature_c),
             "clock_reasons": text(self.clock_event_names, lambda names: ", ".join(names) or "none"),
             "processes": text(self.processes, lambda procs: str(len(procs))),
@@ -171,7 +171,12 @@ class GpuInfo:
             "retired_pages_pending": _json(self.retired_pages_pending),
             "remapped_rows": str(rows)
             if isinstance(rows, Absent)
-            else {"corrected": rows.corrected, "uncorrected": rows.uncorrected, "pending": rows.pending, "failed": rows.failed},
+            else {
+                "corrected": rows.corrected,
+                "uncorrected": rows.uncorrected,
+                "pending": rows.pending,
+                "failed": rows.failed,
+            },
             "pcie_current": _json(self.pcie_current),
             "pcie_max": _json(self.pcie_max),
             "clock_event_reasons": _json(self.clock_event_names),
@@ -234,12 +239,17 @@ def gather_inventory(backend: NvmlBackend) -> Inventory:
         count = backend.device_count()
         driver = backend.driver_version()
     except NvmlUnavailableError as exc:
-        return Inventory(backend=backend.label, error=InventoryError(exc.code, exc.cause, exc.remediation, exc.nvml_error))
+        return Inventory(
+            backend=backend.label, error=InventoryError(exc.code, exc.cause, exc.remediation, exc.nvml_error)
+        )
     except NvmlQueryError as exc:
         return Inventory(
             backend=backend.label,
             error=InventoryError(
-                "NVML_QUERY_FAILED", f"NVML started but {exc.call} failed", "Run `nvidia-smi` and read `dmesg` for Xid errors.", exc.nvml_error
+                "NVML_QUERY_FAILED",
+                f"NVML started but {exc.call} failed",
+                "Run `nvidia-smi` and read `dmesg` for Xid errors.",
+                exc.nvml_error,
             ),
         )
     errors: dict[str, str] = {}
