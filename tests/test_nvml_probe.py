@@ -10,7 +10,7 @@ from itertools import combinations
 import pynvml
 import pytest
 
-from preflight.probe.gpus import decode_clock_event_reasons, gather_inventory
+from preflight.probe.gpus import decode_clock_event_reasons, gather_inventory, gather_inventory_within
 from preflight.probe.nvml import (
     NO_PERMISSION,
     NOT_SUPPORTED,
@@ -113,6 +113,33 @@ def test_shutdown_then_queries_start_again() -> None:
     assert backend.library.initialised is False
     assert backend.device_count() == 1
     assert backend.library.init_calls == 2
+
+
+class HangingLibrary(FakeLibrary):
+    """A wedged driver: nvmlInit blocks until the test lets it go."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__(PROFILES["1x-a10g"], Faults())
+        self.release = release
+
+    def nvmlInit(self) -> None:
+        self.release.wait(30)
+        super().nvmlInit()
+
+
+def test_a_hung_nvml_becomes_a_timeout() -> None:
+    release = threading.Event()
+    try:
+        inventory = gather_inventory_within(PynvmlBackend(library=HangingLibrary(release)), timeout_s=0.2)
+    finally:
+        release.set()
+    assert inventory.error is not None and inventory.error.code == "NVML_TIMEOUT"
+    assert "within 0 s" in inventory.error.cause
+
+
+def test_an_answering_nvml_is_not_affected_by_the_deadline() -> None:
+    inventory = gather_inventory_within(FakeNvml.from_profile("8x-l40s"), timeout_s=30)
+    assert inventory.error is None and len(inventory.gpus) == 8
 
 
 def test_real_library_on_this_machine() -> None:

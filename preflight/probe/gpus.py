@@ -8,6 +8,7 @@ Gathering never judges and never raises for a single bad query: a fact the GPU c
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -256,6 +257,34 @@ def gather_inventory(backend: NvmlBackend) -> Inventory:
     cuda = _ask(errors, "cuda_driver_version", backend.cuda_driver_version)
     gpus = tuple(_gather_gpu(backend, index) for index in range(count))
     return Inventory(backend=backend.label, driver_version=driver, cuda_driver_version=cuda, gpus=gpus)
+
+
+GATHER_TIMEOUT_S = 60.0  # NVML on a sick node can block for minutes; 8 GPUs without persistence take ~10-20 s
+
+
+def gather_inventory_within(backend: NvmlBackend, timeout_s: float = GATHER_TIMEOUT_S) -> Inventory:
+    """:func:`gather_inventory` under a deadline; a hung NVML becomes ``NVML_TIMEOUT``, not a hung run.
+
+    The query runs in a daemon thread (ctypes releases the GIL during NVML calls); when the deadline
+    passes the thread is left blocked and the run goes on without GPU facts.
+    """
+    found: list[Inventory] = []
+    worker = threading.Thread(
+        target=lambda: found.append(gather_inventory(backend)), name="nvml-inventory", daemon=True
+    )
+    worker.start()
+    worker.join(timeout_s)
+    if found:
+        return found[0]
+    return Inventory(
+        backend=backend.label,
+        error=InventoryError(
+            "NVML_TIMEOUT",
+            f"NVML did not answer within {timeout_s:.0f} s",
+            "Run `nvidia-smi` (it will hang too) and read `sudo dmesg | grep -i -e xid -e nvrm`; a GPU stuck in "
+            "reset or a wedged driver needs a reboot.",
+        ),
+    )
 
 
 def _ask(errors: dict[str, str], name: str, query: Callable[[], T]) -> T | Absent:
