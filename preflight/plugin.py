@@ -128,6 +128,8 @@ def record(request: pytest.FixtureRequest) -> Recorder:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not _is_check(item):
+        return  # the overall deadline is preflight's, not that of an ordinary test run
     settings = item.config.stash[SETTINGS_KEY]
     if settings.remaining_s() <= 0:
         raise DeadlinePassed(f"the overall --timeout of {settings.timeout_s:.0f} s passed before this check started")
