@@ -5,14 +5,12 @@ from __future__ import annotations
 
 import json
 import os
-import stat
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from tests.conftest import REPO_ROOT
+from tests.deploy_fakes import executable, fake_preflight, real_preflight
 from tests.fleet_reports import ddp_check, make_report
 from tests.slurm_cluster import SlurmCluster, missing_binaries
 
@@ -24,32 +22,6 @@ pytestmark = [
                        f"{', '.join(missing_binaries())}); .ci/run installs slurmctld slurmd munge slurm-client"),
     pytest.mark.skipif(os.geteuid() != 0, reason="a test Slurm runs its daemons as root (SlurmUser=root)"),
 ]
-
-
-def executable(path: Path, text: str) -> Path:
-    path.write_text(text)
-    path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return path
-
-
-def real_preflight(where: Path) -> Path:
-    """``preflight`` as a program on disk: this checkout's package under this interpreter."""
-    return executable(where / "preflight", f"#!/bin/sh\nPYTHONPATH={REPO_ROOT}${{PYTHONPATH:+:$PYTHONPATH}} "
-                      f"exec {sys.executable} -m preflight \"$@\"\n")
-
-
-def fake_preflight(where: Path, report: dict | None, code: int) -> Path:
-    """A stand-in for the run (writes ``report`` and exits ``code``); ``preflight report`` is the real one."""
-    source = where / "canned.json"
-    if report is not None:
-        source.write_text(json.dumps(report))
-    copy = f'cp {source} "$dir/preflight.json"' if report is not None else "true"
-    return executable(where / "preflight", f"""#!/bin/sh
-if [ "$1" = report ]; then PYTHONPATH={REPO_ROOT} exec {sys.executable} -m preflight "$@"; fi
-while [ $# -gt 0 ]; do [ "$1" = --report-dir ] && dir=$2; shift; done
-mkdir -p "$dir" && {copy}
-exit {code}
-""")
 
 
 @pytest.fixture(scope="module")
