@@ -187,7 +187,7 @@ _STATUS_WORDS = {
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
     """Show WARN as its own word; show each check's verdict word in verbose mode."""
-    status = dict(report.user_properties).get("preflight.status")
+    status = dict(getattr(report, "user_properties", ())).get("preflight.status")
     if report.when == "call" and status in _STATUS_WORDS:
         return _STATUS_WORDS[status]
     return None

@@ -2,22 +2,16 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 
 import pytest
 
-import preflight.cli
 from preflight.report.oneline import format_oneline
 from tests.test_cli import preflight as run_preflight
 
 pytestmark = pytest.mark.subprocess
 
-CLI_PRINTS_ONELINE = "format_oneline" in inspect.getsource(preflight.cli)
 
-
-@pytest.mark.skipif(not CLI_PRINTS_ONELINE, reason="preflight/cli.py does not print the --oneline status yet "
-                    "(the lead applies the small diff from the fleet work)")
 def test_oneline_is_the_last_line_and_names_the_failing_check(tmp_path):
     out = tmp_path / "reports"
     result = run_preflight("--report-dir", str(out), "--oneline", "--expect-gpus", "8", "-k", "test_devices",
