@@ -144,7 +144,12 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
             raise TopologyParseError(
                 f"row {name} has {len(tokens)} cells, the header has {width} GPU/NIC columns (row cut short?)"
             )
-        for column, code in zip(columns, tokens[:width], strict=True):
+        for position, (column, code) in enumerate(zip(columns, tokens[:width], strict=True)):
+            if not LINK_CODE.match(code) and (code == "N/A" or _ID_LIST.match(code)):
+                raise TopologyParseError(
+                    f"row {name}: expected {width} link cells ({columns[0]}..{columns[-1]}), "
+                    f"found {position} before {code!r} (ragged or clipped row)"
+                )
             _check_code(code, name, column)
         cells[name] = tokens[:width]
         extras[name] = tokens[width:]
