@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 CODE_PATTERN = re.compile(r"^[A-Z][A-Z0-9_]*$")
+METRIC_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 
 
 class Status(str, enum.Enum):
@@ -53,6 +54,8 @@ class Metric:
     labels: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
+        if not METRIC_NAME_PATTERN.match(self.name):
+            raise ValueError(f"metric names are snake_case with the unit kept apart: {self.name!r}")
         if isinstance(self.value, float) and not math.isfinite(self.value):
             raise ValueError(f"metric {self.name!r} is not finite: {self.value!r}")
 

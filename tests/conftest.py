@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 import pytest
+import torch  # noqa: F401 - loaded before pytester snapshots sys.modules: unloading torch mid-run crashes the GC
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 TEST_DATA = Path(__file__).resolve().parent / "data"
@@ -30,3 +31,18 @@ def shared_fixtures() -> Path:
 def test_data() -> Path:
     """Path to ``tests/data`` (fixtures written for this project)."""
     return TEST_DATA
+
+
+pytest_plugins = ["pytester"]
+
+SCHEMA_PATH = REPO_ROOT / "preflight" / "report" / "schema.json"
+
+
+def validate_report(report: dict) -> None:
+    """Assert ``report`` conforms to the shipped JSON Schema."""
+    import json
+
+    import jsonschema
+
+    schema = json.loads(SCHEMA_PATH.read_text())
+    jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(report)

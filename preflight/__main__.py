@@ -1,0 +1,7 @@
+"""``python -m preflight`` is the ``preflight`` command."""
+
+import sys
+
+from preflight.cli import main
+
+sys.exit(main())

@@ -1,0 +1,173 @@
+"""The ``preflight`` command: a thin front end over ``pytest.main`` and the sub-commands.
+
+``preflight [options] [-- pytest args]`` runs every check of ``preflight.checks`` with the plugin
+and ends with one line: READY, DEGRADED or NOT READY and the reports written. ``preflight NAME ...``
+runs the sub-command ``preflight.commands.NAME`` (``topology``, ``nccl-log``, ``size``, ...).
+Exit codes: 0 ready or degraded, 1 not ready (or degraded with --strict), 2 could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.metadata
+import json
+import os
+import pkgutil
+import sys
+import warnings
+from pathlib import Path
+from typing import NoReturn
+
+import preflight
+import preflight.commands
+from preflight.errors import EXIT_USAGE, UsageError
+from preflight.locations import checks_dir
+from preflight.options import Option
+
+JUNIT_NAME = "preflight-junit.xml"
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse whose errors are one line and exit code 2, never a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def subcommands() -> dict[str, str]:
+    """``nccl-log`` -> ``preflight.commands.nccl_log`` for every module in preflight.commands."""
+    return {m.name.replace("_", "-"): f"preflight.commands.{m.name}"
+            for m in pkgutil.iter_modules(preflight.commands.__path__)}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The run's options: every declared option, plus pytest's selection flags."""
+    from preflight.plugin import all_options, argparse_type
+
+    names = ", ".join(sorted(subcommands()))
+    parser = _Parser(
+        prog="preflight",
+        description="Is this multi-GPU node ready for a long torchrun job? Runs every check and answers "
+        "READY, DEGRADED or NOT READY, writing preflight.json, preflight.html and JUnit XML.",
+        epilog=f"Sub-commands (preflight NAME --help): {names}. Arguments after -- go to pytest unchanged. "
+        "Exit codes: 0 ready or degraded, 1 not ready (or degraded with --strict), 2 could not run.",
+    )
+    for option in all_options():
+        _add(parser, option, argparse_type)
+    parser.add_argument("-k", dest="keyword", metavar="EXPR", help="only run checks matching the expression "
+                        "(pytest -k), e.g. -k gpu3 or -k 'not nccl'")
+    parser.add_argument("-m", dest="markexpr", metavar="EXPR", help="only run checks matching the marker "
+                        "expression (pytest -m), e.g. -m 'not distributed'")
+    parser.add_argument("--junitxml", metavar="PATH", help=f"JUnit XML path (default REPORT_DIR/{JUNIT_NAME})")
+    parser.add_argument("-q", "--quiet", action="store_true", help="one line per problem, no per-check lines")
+    parser.add_argument("--version", action="version", version=f"preflight {preflight.__version__}")
+    return parser
+
+
+def _add(parser: argparse.ArgumentParser, option: Option, wrap: object) -> None:
+    flag = f"--{option.name}"
+    if option.flag:
+        parser.add_argument(flag, dest=option.dest, action="store_true", help=option.help)
+        return
+    kwargs: dict[str, object] = {"dest": option.dest, "help": option.help, "metavar": option.metavar,
+                                 "choices": option.choices, "default": None,
+                                 "action": "append" if option.multiple else "store"}
+    if option.type is not None:
+        kwargs["type"] = wrap(option.type)  # type: ignore[operator]
+    parser.add_argument(flag, **kwargs)  # type: ignore[arg-type]
+
+
+def plugin_args() -> list[str]:
+    """``-p preflight.plugin`` unless the installed pytest11 entry point already loads it."""
+    entry_points = importlib.metadata.entry_points(group="pytest11")
+    if any(ep.value == "preflight.plugin" for ep in entry_points):
+        return []
+    return ["-p", "preflight.plugin"]
+
+
+def pytest_argv(args: argparse.Namespace, extra: list[str]) -> list[str]:
+    """Translate the parsed options into pytest's command line."""
+    from preflight.plugin import all_options
+
+    report_dir = Path(args.report_dir or "reports").resolve()
+    where = checks_dir()
+    argv = [str(where), "--rootdir", str(where), "-c", os.devnull, "-p", "no:cacheprovider", *plugin_args(),
+            "-q" if args.quiet else "-v", "-rN", "--tb=no", "--no-header",
+            "-W", "ignore::pytest.PytestAssertRewriteWarning", f"--junitxml={args.junitxml or report_dir / JUNIT_NAME}"]
+    for option in all_options():
+        value = getattr(args, option.dest)
+        if option.flag:
+            if value:
+                argv.append(option.pytest_flag)
+        elif value is not None:
+            values = value if option.multiple else [value]
+            argv.extend(f"{option.pytest_flag}={item}" for item in values)
+    if not args.report_dir:
+        argv.append(f"--preflight-report-dir={report_dir}")
+    if args.keyword:
+        argv += ["-k", args.keyword]
+    if args.markexpr:
+        argv += ["-m", args.markexpr]
+    return argv + extra
+
+
+def _check_report_dir(path: Path) -> None:
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        probe = path / ".preflight-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write reports to {path}: {exc.strerror or exc}") from None
+
+
+def _check_torch() -> None:
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy" on installs without numpy
+            import torch  # noqa: F401
+    except Exception as exc:  # noqa: BLE001 - any import failure means the install is broken
+        raise UsageError(f"torch cannot be imported ({type(exc).__name__}: {exc}); reinstall it in this "
+                         "environment, e.g. pip install --force-reinstall torch") from None
+
+
+def run(argv: list[str]) -> int:
+    """Run the checks and return the exit code."""
+    import pytest
+
+    head, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    args = build_parser().parse_args(head)
+    report_dir = Path(args.report_dir or "reports").resolve()
+    _check_report_dir(report_dir)
+    _check_torch()
+    stale = report_dir / "preflight.json"
+    stale.unlink(missing_ok=True)
+    code = pytest.main(pytest_argv(args, extra))
+    if code == pytest.ExitCode.USAGE_ERROR:
+        return EXIT_USAGE
+    if code == pytest.ExitCode.NO_TESTS_COLLECTED:
+        raise UsageError("no check matches the selection (-k / -m)")
+    try:
+        report = json.loads(stale.read_text())
+    except (OSError, ValueError):
+        raise UsageError(f"the run ended (pytest exit code {int(code)}) without writing {stale}") from None
+    print(f"{report['verdict']}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
+    return int(report["run"]["exit_code"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console entry point."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    try:
+        commands = subcommands()
+        if argv and argv[0] in commands:
+            module = importlib.import_module(commands[argv[0]])
+            return int(module.main(argv[1:]))
+        return run(argv)
+    except UsageError as exc:
+        print(f"preflight: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print("preflight: interrupted", file=sys.stderr)
+        return 1

@@ -1,0 +1,189 @@
+"""The pytest plugin: options, markers, the ``settings`` and ``record`` fixtures, and the hand-off
+of every check's verdict to the report.
+
+It is loaded through the ``pytest11`` entry point (or the root ``conftest.py`` of a checkout). It
+stays inert for ordinary test runs: the report is written only when checks from ``preflight.checks``
+are collected or a report directory is given on the command line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import pkgutil
+import time
+from collections.abc import Callable, Generator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import preflight.fixtures
+from preflight.locations import checks_dir
+from preflight.options import Option, area_options
+from preflight.outcome import Status, Verdict, error
+from preflight.recording import STATE_KEY, CheckState, Recorder, apply_to_report, verdict_for_phase
+from preflight.report.collector import ReportCollector
+from preflight.report.model import CheckResult
+from preflight.settings import CORE_OPTIONS, Settings
+
+# Every module of preflight.fixtures is a plugin of its own (fixtures and options for one area).
+pytest_plugins = [f"preflight.fixtures.{m.name}" for m in pkgutil.iter_modules(preflight.fixtures.__path__)]
+
+SETTINGS_KEY = pytest.StashKey[Settings]()
+COLLECTOR_KEY = pytest.StashKey[ReportCollector]()
+STARTED_KEY = pytest.StashKey[float]()
+DEADLINE_CODE = "RUN_DEADLINE"
+
+MARKERS = (
+    "gpu: the check needs at least one visible NVIDIA GPU",
+    "distributed: the check launches torchrun workers (one launch at a time)",
+    "slow: opt-in check that takes long (runs only with --preflight-slow)",
+)
+SLOW_OPTION = Option(name="slow", help="also run the opt-in slow checks (e.g. a DeepSpeed JIT build)", flag=True)
+
+
+class DeadlinePassed(Exception):
+    """The overall --timeout passed before a check could start."""
+
+
+def all_options() -> list[Option]:
+    """Core options, the slow switch, then every area's options."""
+    return [*CORE_OPTIONS, SLOW_OPTION, *area_options()]
+
+
+def argparse_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Wrap a converter so its ValueError message reaches the user verbatim."""
+
+    def wrapped(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    wrapped.__name__ = getattr(convert, "__name__", "value")
+    return wrapped
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("preflight", "preflight: node readiness checks")
+    for option in all_options():
+        kwargs: dict[str, Any] = {"dest": f"preflight_{option.dest}", "help": option.help}
+        if option.flag:
+            kwargs.update(action="store_true", default=False)
+        else:
+            kwargs.update(default=None, metavar=option.metavar, choices=option.choices,
+                          action="append" if option.multiple else "store")
+            if option.type is not None:
+                kwargs["type"] = argparse_type(option.type)
+        group.addoption(option.pytest_flag, **kwargs)
+
+
+def _settings_from(config: pytest.Config) -> Settings:
+    values = {}
+    for option in all_options():
+        value = config.getoption(f"preflight_{option.dest}")
+        values[option.dest] = option.default if value is None else value
+    return Settings.from_options(values, started=config.stash.get(STARTED_KEY, time.monotonic()))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.stash[STARTED_KEY] = time.monotonic()
+    for marker in MARKERS:
+        config.addinivalue_line("markers", marker)
+    settings = _settings_from(config)
+    config.stash[SETTINGS_KEY] = settings
+    if hasattr(config, "workerinput"):
+        return  # xdist worker: the controller writes the report
+    explicit = config.getoption("preflight_report_dir") is not None
+    shipped = str(checks_dir())
+    runs_checks = any(str(Path(a).resolve()).startswith(shipped) or a.startswith("preflight.checks")
+                      for a in config.args)
+    if explicit or runs_checks:
+        collector = ReportCollector(config, settings)
+        collector.open()
+        config.stash[COLLECTOR_KEY] = collector
+        config.pluginmanager.register(collector, "preflight-report")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if config.getoption("preflight_slow"):
+        return
+    for item in items:
+        if item.get_closest_marker("slow"):
+            item.add_marker(pytest.mark.skip(reason="opt-in slow check: run with --slow to include it"))
+
+
+@pytest.fixture(scope="session")
+def settings(pytestconfig: pytest.Config) -> Settings:
+    """The run's options (``settings.expect_gpus``, ``settings.option("model_params")``, ...)."""
+    return pytestconfig.stash[SETTINGS_KEY]
+
+
+@pytest.fixture
+def record(request: pytest.FixtureRequest) -> Recorder:
+    """Record this check's verdict: ``record(verdict)``, ``record.metric(name, value, unit)``."""
+    return Recorder(request.node.stash.setdefault(STATE_KEY, CheckState()))
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    settings = item.config.stash[SETTINGS_KEY]
+    if settings.remaining_s() <= 0:
+        raise DeadlinePassed(f"the overall --timeout of {settings.timeout_s:.0f} s passed before this check started")
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
+    report: pytest.TestReport = yield
+    if not _is_check(item):
+        return report
+    state = item.stash.setdefault(STATE_KEY, CheckState())
+    state.duration_s += report.duration
+    if call.excinfo is not None and call.excinfo.errisinstance(DeadlinePassed):
+        verdict: Verdict | None = error(str(call.excinfo.value), code=DEADLINE_CODE)
+    else:
+        verdict = verdict_for_phase(call.when, report, call.excinfo, state)
+    if verdict is not None:
+        state.phases[call.when] = verdict
+        if call.when == "call":
+            apply_to_report(verdict, report, item)
+    if call.when == "call" or (verdict is not None and verdict.status is not Status.PASS):
+        report.user_properties = [*report.user_properties, ("preflight.status", verdict.status.value if verdict else "PASS")]
+    if call.when == "teardown":
+        final = state.final()
+        report.user_properties = [*report.user_properties, ("preflight.verdict", final.status.value),
+                                  ("preflight.code", final.code or ""), ("preflight.summary", final.summary)]
+        collector = item.config.stash.get(COLLECTOR_KEY, None)
+        if collector is not None:
+            collector.add_result(_check_result(item, final, state))
+    return report
+
+
+def _check_result(item: pytest.Item, verdict: Verdict, state: CheckState) -> CheckResult:
+    function = getattr(item, "function", None)
+    doc = (getattr(function, "__doc__", None) or "").strip().splitlines()
+    module = getattr(getattr(item, "module", None), "__name__", "") or ""
+    group = module.rsplit(".", 1)[-1].removeprefix("test_")
+    return CheckResult(id=item.nodeid, name=item.name, title=doc[0].strip() if doc else item.name, group=group,
+                       verdict=verdict, duration_s=state.duration_s)
+
+
+def _is_check(item: pytest.Item) -> bool:
+    """Verdict handling applies to a preflight run, or to any test that uses ``record``."""
+    return COLLECTOR_KEY in item.config.stash or "record" in getattr(item, "fixturenames", ())
+
+
+_STATUS_WORDS = {
+    "PASS": ("passed", ".", ("PASS", {"green": True})),
+    "WARN": ("warned", "W", ("WARN", {"yellow": True})),
+    "FAIL": ("failed", "F", ("FAIL", {"red": True})),
+    "ERROR": ("error", "E", ("ERROR", {"red": True})),
+    "SKIP": ("skipped", "s", ("SKIP", {"yellow": True})),
+}
+
+
+def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
+    """Show WARN as its own word; show each check's verdict word in verbose mode."""
+    status = dict(report.user_properties).get("preflight.status")
+    if report.when == "call" and status in _STATUS_WORDS:
+        return _STATUS_WORDS[status]
+    return None

@@ -1,0 +1,185 @@
+"""The plugin object that gathers check results and writes the reports, whatever happens.
+
+Registered by the plugin only for a preflight run (checks collected, or a report directory given).
+It streams one JSON line per finished check, writes ``preflight.json`` and ``preflight.html``
+atomically at the end (also after Ctrl-C, SIGTERM or the overall deadline), and prints the
+problems with their fixes in the terminal summary.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import threading
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+import pytest
+
+from preflight.errors import EXIT_NOT_READY, EXIT_OK
+from preflight.outcome import RunVerdict
+from preflight.probe.node import node_facts, torch_facts
+from preflight.report.facts import gathered_facts
+from preflight.report.html import render_html
+from preflight.report.model import CheckResult, RunRecord, build_report
+from preflight.report.redact import redact_obj, report_environment
+from preflight.report.writer import LineLog, dump_json, write_atomic
+from preflight.settings import Settings
+
+JSON_NAME = "preflight.json"
+HTML_NAME = "preflight.html"
+LINES_NAME = "preflight.jsonl"
+WATCHDOG_GRACE_S = 3.0
+WATCHDOG_HARD_S = 10.0
+
+
+class RunInterrupted(KeyboardInterrupt):
+    """Raised in the main thread by SIGTERM or the overall deadline, so pytest unwinds and the
+    report is still written."""
+
+
+class ReportCollector:
+    """Collects every check's verdict and writes the reports."""
+
+    def __init__(self, config: pytest.Config, settings: Settings) -> None:
+        self.config = config
+        self.settings = settings
+        self.record = RunRecord(argv=list(sys.argv))
+        self.report_dir = settings.report_dir
+        self.lines: LineLog | None = None
+        self.written: list[Path] = []
+        self.report: dict[str, Any] | None = None
+        self._write_lock = threading.Lock()
+        self._finished = threading.Event()
+        self._old_sigterm: Any = None
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def open(self) -> None:
+        """Create the report directory (usage error when impossible) and start the line log."""
+        try:
+            self.report_dir.mkdir(parents=True, exist_ok=True)
+            self.lines = LineLog(self.report_dir / LINES_NAME)
+        except OSError as exc:
+            raise pytest.UsageError(f"cannot write reports to {self.report_dir}: {exc.strerror or exc}") from None
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._old_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        threading.Thread(target=self._watchdog, name="preflight-watchdog", daemon=True).start()
+
+    def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
+        self.record.collected = [item.nodeid for item in items]
+
+    def add_result(self, result: CheckResult) -> None:
+        """Called by the plugin when a check has finished all its phases."""
+        self.record.add(result)
+        if self.lines is not None:
+            self.lines.write(redact_obj({"type": "check", **result.as_dict()}))
+
+    def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
+        self.record.interrupted = True
+        if not self.record.interruption:
+            self.record.interruption = "interrupted by the user (Ctrl-C)"
+
+    @pytest.hookimpl(tryfirst=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if exitstatus == pytest.ExitCode.INTERRUPTED:
+            self.record.interrupted = True
+            self.record.interruption = self.record.interruption or "the run was interrupted"
+        self.write_reports()
+        self._finished.set()
+        if self._old_sigterm is not None:
+            signal.signal(signal.SIGTERM, self._old_sigterm)
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def exit_code(self) -> int:
+        """0 ready or degraded (1 for degraded with --strict), 1 not ready."""
+        verdict = self.record.verdict()
+        if verdict is RunVerdict.NOT_READY or (verdict is RunVerdict.DEGRADED and self.settings.strict):
+            return EXIT_NOT_READY
+        return EXIT_OK
+
+    def write_reports(self) -> None:
+        """Build the report and write JSON then HTML atomically; safe to call from any thread once."""
+        with self._write_lock:
+            if self.report is not None:
+                return
+            node: dict[str, Any] = {**node_facts(), "torch": torch_facts()}
+            node.update(gathered_facts(self.config))
+            report = build_report(
+                self.record,
+                node=node,
+                environment=report_environment(os.environ),
+                options={k: _plain(v) for k, v in self.settings.options.items()},
+                exit_code=self.exit_code(),
+            )
+            self.report = redact_obj(report)
+            json_path = self.report_dir / JSON_NAME
+            html_path = self.report_dir / HTML_NAME
+            write_atomic(json_path, dump_json(self.report))
+            self.written.append(json_path)
+            write_atomic(html_path, render_html(self.report))
+            self.written.append(html_path)
+            if self.lines is not None:
+                self.lines.write({"type": "finish", "verdict": self.report["verdict"],
+                                  "interrupted": self.record.interrupted})
+                self.lines.close()
+
+    # -- terminal --------------------------------------------------------------------------
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        report = self.report
+        if report is None:
+            return
+        tw = terminalreporter
+        problems = [c for c in report["checks"] if c["status"] in ("FAIL", "ERROR", "WARN")]
+        if problems:
+            tw.section("preflight: problems", sep="=", bold=True)
+            for check in sorted(problems, key=lambda c: ("FAIL", "ERROR", "WARN").index(c["status"])):
+                colour = {"FAIL": {"red": True}, "ERROR": {"purple": True}, "WARN": {"yellow": True}}[check["status"]]
+                tw.line(f"{check['status']:5} {check['code'] or ''} {check['id']}", bold=True, **colour)
+                tw.line(f"      {check['summary']}")
+                if check.get("remediation"):
+                    tw.line(f"      fix: {check['remediation']}")
+        if report["not_run"]:
+            tw.line(f"not run: {len(report['not_run'])} check(s) ({report['run']['interruption']})", yellow=True)
+        colour = {"READY": {"green": True}, "DEGRADED": {"yellow": True}}.get(report["verdict"], {"red": True})
+        tw.line(f"preflight: {report['verdict']}", bold=True, **colour)
+        tw.line("reports: " + ", ".join(str(p) for p in self.written))
+
+    # -- interruption ----------------------------------------------------------------------
+
+    def _on_sigterm(self, signum: int, frame: FrameType | None) -> None:
+        self.record.interrupted = True
+        self.record.interruption = "terminated by SIGTERM"
+        raise RunInterrupted("SIGTERM")
+
+    def _watchdog(self) -> None:
+        """Enforce the overall --timeout: interrupt the main thread, and if it does not unwind
+        (stuck in C), write the partial report from here and leave."""
+        if self._finished.wait(max(0.0, self.settings.remaining_s()) + WATCHDOG_GRACE_S):
+            return
+        self.record.interrupted = True
+        self.record.interruption = f"overall --timeout of {self.settings.timeout_s:.0f} s reached"
+        os.kill(os.getpid(), signal.SIGINT)
+        if self._finished.wait(WATCHDOG_HARD_S):
+            return
+        try:
+            self.write_reports()
+            print(f"preflight: {self.record.verdict().value} (run stopped at its deadline); reports: "
+                  + ", ".join(str(p) for p in self.written), file=sys.stderr, flush=True)
+        finally:
+            os._exit(EXIT_NOT_READY)
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)

@@ -1,0 +1,19 @@
+"""Node facts that fixtures add to the report's ``node`` block while the run goes on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+FACTS_KEY = pytest.StashKey[dict[str, Any]]()
+
+
+def add_fact(config: pytest.Config, name: str, data: Any) -> None:
+    """Add (or replace) the section ``name`` of the report's node facts; ``data`` must be plain JSON."""
+    config.stash.setdefault(FACTS_KEY, {})[name] = data
+
+
+def gathered_facts(config: pytest.Config) -> dict[str, Any]:
+    """Every section added so far."""
+    return dict(config.stash.get(FACTS_KEY, {}))

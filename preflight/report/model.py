@@ -1,0 +1,113 @@
+"""The report: one in-memory model, serialised to JSON (the source of truth) and rendered to HTML.
+
+``SCHEMA_VERSION`` changes when a consumer of the JSON would have to change; the tool's version is
+separate. ``preflight/report/schema.json`` is the JSON Schema of this model.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any
+
+import preflight
+from preflight.outcome import RunVerdict, Status, Verdict, run_verdict
+
+SCHEMA_VERSION = "1.0"
+SUPPORTED_SCHEMA_VERSIONS = ("1.0",)
+
+
+@dataclass(frozen=True, slots=True)
+class CheckResult:
+    """One check's final verdict with where it came from."""
+
+    id: str
+    name: str
+    title: str
+    group: str
+    verdict: Verdict
+    duration_s: float
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        v = self.verdict
+        return {
+            "id": self.id,
+            "name": self.name,
+            "title": self.title,
+            "group": self.group,
+            "status": v.status.value,
+            "summary": v.summary,
+            "code": v.code,
+            "remediation": v.remediation,
+            "metrics": [m.as_dict() for m in v.metrics],
+            "evidence": dict(v.evidence),
+            "views": [view.as_dict() for view in v.views],
+            "details": dict(v.details),
+            "duration_s": round(self.duration_s, 4),
+        }
+
+
+@dataclass(slots=True)
+class RunRecord:
+    """Everything a run accumulates until the report is written."""
+
+    started_at: datetime = field(default_factory=lambda: datetime.now(timezone.utc))
+    argv: list[str] = field(default_factory=list)
+    checks: dict[str, CheckResult] = field(default_factory=dict)
+    collected: list[str] = field(default_factory=list)
+    interrupted: bool = False
+    interruption: str | None = None
+
+    def add(self, result: CheckResult) -> None:
+        """Store (or replace) a check's result."""
+        self.checks[result.id] = result
+
+    def statuses(self) -> list[Status]:
+        """Every check's status, plus ERROR when the run was cut short."""
+        found = [c.verdict.status for c in self.checks.values()]
+        return found + ([Status.ERROR] if self.interrupted else [])
+
+    def verdict(self) -> RunVerdict:
+        """READY / DEGRADED / NOT READY for the node."""
+        return run_verdict(self.statuses())
+
+    def not_run(self) -> list[str]:
+        """Collected checks that never finished (an interrupted or timed-out run)."""
+        return [nodeid for nodeid in self.collected if nodeid not in self.checks]
+
+
+def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[str, str],
+                 options: dict[str, Any], exit_code: int | None) -> dict[str, Any]:
+    """The report as plain JSON data."""
+    finished = datetime.now(timezone.utc)
+    counts = Counter(c.verdict.status.value for c in record.checks.values())
+    checks = sorted(record.checks.values(), key=lambda c: _order(record.collected, c.id))
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "tool": {"name": "preflight", "version": preflight.__version__},
+        "run": {
+            "started_at": record.started_at.isoformat(),
+            "finished_at": finished.isoformat(),
+            "duration_s": round((finished - record.started_at).total_seconds(), 3),
+            "argv": list(record.argv),
+            "options": options,
+            "interrupted": record.interrupted,
+            "interruption": record.interruption,
+            "exit_code": exit_code,
+        },
+        "verdict": record.verdict().value,
+        "summary": {s.value: counts.get(s.value, 0) for s in Status},
+        "node": node,
+        "environment": environment,
+        "checks": [c.as_dict() for c in checks],
+        "not_run": record.not_run(),
+    }
+
+
+def _order(collected: list[str], nodeid: str) -> int:
+    try:
+        return collected.index(nodeid)
+    except ValueError:
+        return len(collected)

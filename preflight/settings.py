@@ -1,0 +1,77 @@
+"""The options of one run, resolved once into a frozen object the checks read."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from preflight.options import Option, positive_float, positive_int
+
+PROFILES = ("quick", "full")
+
+CORE_OPTIONS: list[Option] = [
+    Option(name="report-dir", help="where preflight.json, preflight.html and logs are written (default ./reports)",
+           type=str, default="reports", metavar="DIR"),
+    Option(name="profile", help="quick: a short run that fits a scheduler's health-check budget; full (default): "
+           "the complete sweep", choices=PROFILES, default="full"),
+    Option(name="nproc", help="ranks for the distributed checks (default: the number of visible GPUs, or 2 "
+           "without GPUs)", type=positive_int, metavar="N"),
+    Option(name="expect-gpus", help="the number of GPUs this node must present (FAIL otherwise)",
+           type=positive_int, metavar="N"),
+    Option(name="timeout", help="overall deadline for the whole run in seconds (default 300)", type=positive_float,
+           default=300.0, metavar="SECONDS"),
+    Option(name="launch-timeout", help="deadline for each distributed launch in seconds (default 120)",
+           type=positive_float, default=120.0, metavar="SECONDS"),
+    Option(name="strict", help="warnings make the exit code 1", flag=True, default=False),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """What the user asked for, plus the run's clock."""
+
+    report_dir: Path
+    profile: str
+    nproc: int | None
+    expect_gpus: int | None
+    timeout_s: float
+    launch_timeout_s: float
+    strict: bool
+    started: float = field(default_factory=time.monotonic)
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_options(cls, values: Mapping[str, Any], started: float | None = None) -> Settings:
+        """Build from a mapping of option ``dest`` -> parsed value."""
+        return cls(
+            report_dir=Path(values.get("report_dir") or "reports").resolve(),
+            profile=values.get("profile") or "full",
+            nproc=values.get("nproc"),
+            expect_gpus=values.get("expect_gpus"),
+            timeout_s=float(values.get("timeout") or 300.0),
+            launch_timeout_s=float(values.get("launch_timeout") or 120.0),
+            strict=bool(values.get("strict")),
+            started=started if started is not None else time.monotonic(),
+            options=dict(values),
+        )
+
+    def option(self, dest: str) -> Any:
+        """Any option's value by its ``dest`` name (``model_params``), None when absent."""
+        return self.options.get(dest)
+
+    @property
+    def quick(self) -> bool:
+        """True for the quick profile."""
+        return self.profile == "quick"
+
+    def remaining_s(self) -> float:
+        """Seconds left before the overall deadline."""
+        return self.timeout_s - (time.monotonic() - self.started)
+
+    def launch_deadline_s(self, wanted: float | None = None) -> float:
+        """Deadline for one launch: what the launch wants, capped by the launch timeout and the time left."""
+        cap = min(wanted or self.launch_timeout_s, self.launch_timeout_s)
+        return max(1.0, min(cap, self.remaining_s() - 5.0))

@@ -1,0 +1,101 @@
+"""The ``preflight`` command end to end, in a child process: exit codes, reports, bad input, a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.conftest import REPO_ROOT, validate_report
+
+pytestmark = pytest.mark.subprocess
+
+
+def preflight(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,
+              timeout: float = 180) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m preflight`` with the repo importable (so test-only plugins can load)."""
+    full_env = {**os.environ, **(env or {})}
+    full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), full_env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-m", "preflight", *args], capture_output=True, text=True,
+                          env=full_env, cwd=cwd, timeout=timeout)
+
+
+def test_a_healthy_cpu_node_is_ready_and_writes_every_report(tmp_path):
+    out = tmp_path / "reports"
+    started = time.monotonic()
+    result = preflight("--report-dir", str(out))
+    assert result.returncode == 0, result.stdout + result.stderr
+    last = result.stdout.strip().splitlines()[-1]
+    assert last.startswith(("READY", "DEGRADED")) and str(out / "preflight.json") in last
+    report = json.loads((out / "preflight.json").read_text())
+    validate_report(report)
+    assert report["verdict"] in ("READY", "DEGRADED")
+    ddp = next(c for c in report["checks"] if c["name"] == "test_ddp_step")
+    assert ddp["status"] == "PASS" and "identical parameters" in ddp["summary"]
+    assert (out / "preflight.html").read_text().startswith("<!DOCTYPE html>")
+    assert (out / "preflight-junit.xml").exists()
+    assert time.monotonic() - started < 120
+
+
+def test_reports_default_to_reports_in_the_current_directory(tmp_path):
+    result = preflight("-k", "ddp", cwd=tmp_path)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "reports" / "preflight.json").exists()
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--nproc", "two"], "expected a whole number"),
+        (["--expect-gpus", "-1"], "expected a number >= 1"),
+        (["--timeout", "nan"], "finite number"),
+        (["--profile", "fast"], "invalid choice"),
+        (["--no-such-option"], "unrecognized arguments"),
+        (["--report-dir", "/proc/preflight-cannot-write-here"], "cannot write reports"),
+        (["-k", "no_check_has_this_name"], "no check matches"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path, args, message):
+    result = preflight(*args, cwd=tmp_path)
+    assert result.returncode == 2, result.stdout + result.stderr
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("preflight: error:") and message in lines[0], result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+
+
+def test_help_lists_every_option():
+    result = preflight("--help")
+    assert result.returncode == 0
+    for flag in ("--report-dir", "--profile", "--nproc", "--expect-gpus", "--timeout", "--strict", "-k", "-m"):
+        assert flag in result.stdout
+
+
+def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing_behind(tmp_path):
+    out = tmp_path / "reports"
+    started = time.monotonic()
+    result = preflight("--report-dir", str(out), "--launch-timeout", "15", "-k", "ddp", "--", "-p",
+                       "tests.fakes.faulty_ddp", env={"PREFLIGHT_TEST_FAULT": "hang:1"})
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stdout + result.stderr
+    assert result.stdout.strip().splitlines()[-1].startswith("NOT READY")
+    assert elapsed < 15 + 20, f"preflight took {elapsed:.0f} s with a 15 s launch deadline"
+    report = json.loads((out / "preflight.json").read_text())
+    validate_report(report)
+    ddp = next(c for c in report["checks"] if c["name"] == "test_ddp_step")
+    assert ddp["code"] == "DDP_RANK_HUNG" and "rank 1 got the least far" in ddp["summary"]
+    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])
+                 or "tests.workers.faulty" in " ".join(p.info["cmdline"] or [])]
+    assert not [p for p in leftovers if p.status() != psutil.STATUS_ZOMBIE]
+
+
+def test_a_crashed_rank_is_named_in_the_terminal_summary(tmp_path):
+    result = preflight("--report-dir", str(tmp_path), "-k", "ddp", "--", "-p", "tests.fakes.faulty_ddp",
+                       env={"PREFLIGHT_TEST_FAULT": "crash:1"})
+    assert result.returncode == 1
+    assert "DDP_RANK_CRASHED" in result.stdout and "rank 1 failed first" in result.stdout

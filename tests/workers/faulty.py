@@ -1,0 +1,34 @@
+"""Test-only workers: the real DDP step with one rank made to crash, hang or die by a signal.
+
+``python -m tests.workers.faulty MODE RANK`` where MODE is crash, hang or sigkill; without
+arguments the fault comes from ``PREFLIGHT_TEST_FAULT=MODE:RANK`` (set by end-to-end tests)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+import time
+from typing import Any
+
+from preflight.workers import ddp
+from preflight.workers.common import WorkerContext, worker_main
+
+
+def run(ctx: WorkerContext) -> dict[str, Any]:
+    mode, victim = (ctx.args[0], ctx.args[1]) if len(ctx.args) >= 2 else os.environ["PREFLIGHT_TEST_FAULT"].split(":")
+    victim = int(victim)
+    if ctx.rank == victim:
+        if mode == "crash":
+            raise RuntimeError(f"injected crash on rank {ctx.rank}")
+        if mode == "hang":
+            time.sleep(3600)
+        if mode == "sigkill":
+            os.kill(os.getpid(), signal.SIGKILL)
+    return ddp.run(ctx)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3 and "PREFLIGHT_TEST_FAULT" not in os.environ:
+        sys.exit("usage: python -m tests.workers.faulty MODE RANK")
+    worker_main(run)
