@@ -7,9 +7,7 @@ from pathlib import Path
 import pytest
 
 from preflight.judge.topology import (
-    GpuNvlinks,
     Layout,
-    NvmlPair,
     classify,
     judge_affinity,
     judge_cross_check,
@@ -19,6 +17,7 @@ from preflight.judge.topology import (
 )
 from preflight.outcome import Status
 from preflight.parse.topo import TopoMatrix, parse_topo_matrix
+from preflight.probe.topology import GpuNvlinks, NvmlPair
 
 # capture -> (layout, layout verdict status, code, words the summary must contain)
 CAPTURES = {

@@ -17,6 +17,7 @@ from typing import Any
 
 from preflight.outcome import Metric, Verdict, View, fail, passed, skip, warn
 from preflight.parse.topo import TopoMatrix, nvlink_width
+from preflight.probe.topology import GpuNvlinks, NvmlPair
 
 PCIE_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5, "SOC": 5}
 """PCIe path levels from nearest to farthest; ``SOC`` is the old name of ``SYS``."""
@@ -77,26 +78,6 @@ class Classification:
             "ring_worst_pcie": self.ring_worst_pcie,
             "summary": self.summary,
         }
-
-
-@dataclass(frozen=True, slots=True)
-class GpuNvlinks:
-    """NVLink state of one GPU from NVML: links up, links it has, and their NVML version code."""
-
-    gpu: int
-    active: int
-    present: int
-    version: int | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class NvmlPair:
-    """What NVML says about one GPU pair: NVLink P2P usable, and the PCIe path level."""
-
-    a: int
-    b: int
-    nvlink: bool | None
-    pcie_level: str | None
 
 
 def classify(matrix: TopoMatrix) -> Classification:
