@@ -72,7 +72,7 @@ def test_p2p_copies(record, p2p_launch, smi_topology, nvml_topology):
     if failed is not None:
         record(failed)
         return
-    result = p2p_launch.ranks[0].result or {}
+    result = (p2p_launch.ranks[0].result or {}).get("result", {})
     by_bus = {bus: f"GPU{index}" for index, bus in enumerate(nvml_topology.bus_ids)}
     names = {d["index"]: by_bus[d["pci_bus_id"]] for d in result.get("devices", []) if d.get("pci_bus_id") in by_bus}
     record(judge_p2p(result, names=names, matrix=smi_topology.matrix))

@@ -32,7 +32,7 @@ def judge_p2p_launch(launch: LaunchResult) -> Verdict | None:
     rank = launch.ranks[0] if launch.ranks else None
     phase = rank.last_phase if rank else None
     evidence = launch.evidence()
-    if launch.ranks_in("hung") or launch.timed_out:
+    if launch.ranks_in("hung") or (launch.timed_out and not launch.ranks_in("crashed")):
         where = f" during '{phase}'" if phase else ""
         return fail("P2P_COPY_HUNG", f"peer-to-peer copy test hung{where}: {launch.describe()}", P2P_FIX, evidence=evidence)
     error = rank.error if rank and rank.error else launch.describe()
