@@ -2,7 +2,8 @@
 built from a ``nvidia-smi topo -m`` capture. It never ships with preflight.
 
     --fake-topology=CAPTURE          the matrix the fake NVML is wired after
-    --fake-topology-faults=JSON      {"missing": [3], "down": [[1, 0]], "unavailable": "...", "failing": ["p2p_status"]}
+    --fake-topology-faults=JSON      {"missing": [3], "down": [[1, 0]], "links_per_gpu": 12,
+                                     "unavailable": "...", "failing": ["p2p_status"]}
 
 The fake ``nvidia-smi`` itself is a script on PATH (see tests/test_topology_checks.py).
 """
@@ -46,6 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
         down=[tuple(pair) for pair in faults.get("down", ())],
         unavailable=faults.get("unavailable"),
         failing=frozenset(faults.get("failing", ())),
+        **({"links_per_gpu": faults["links_per_gpu"]} if "links_per_gpu" in faults else {}),
     )
     # Registered after preflight's plugin, so this fixture definition wins.
     config.pluginmanager.register(_FakeBackend(), "preflight-test-fake-topology")
