@@ -12,6 +12,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -67,6 +68,7 @@ class ReportCollector:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
+        self.record.startup_s = _seconds_since_process_start()
         if threading.current_thread() is threading.main_thread():
             self._old_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
         threading.Thread(target=self._watchdog, name="preflight-watchdog", daemon=True).start()
@@ -109,6 +111,7 @@ class ReportCollector:
         with self._write_lock:
             if self.report is not None:
                 return
+            began = time.monotonic()
             node: dict[str, Any] = {**node_facts(), "torch": torch_facts()}
             node.update(gathered_facts(self.config))
             report = build_report(
@@ -127,7 +130,8 @@ class ReportCollector:
             self.written.append(html_path)
             if self.lines is not None:
                 self.lines.write({"type": "finish", "verdict": self.report["verdict"],
-                                  "interrupted": self.record.interrupted})
+                                  "interrupted": self.record.interrupted,
+                                  "report_write_s": round(time.monotonic() - began, 4)})
                 self.lines.close()
 
     # -- terminal --------------------------------------------------------------------------
@@ -175,6 +179,16 @@ class ReportCollector:
                   + ", ".join(str(p) for p in self.written), file=sys.stderr, flush=True)
         finally:
             os._exit(EXIT_NOT_READY)
+
+
+def _seconds_since_process_start() -> float | None:
+    """How long the interpreter ran before the session started (imports, option parsing)."""
+    try:
+        import psutil
+
+        return round(time.time() - psutil.Process().create_time(), 3)
+    except Exception:  # noqa: BLE001 - a missing figure is better than a crashed run
+        return None
 
 
 def _plain(value: Any) -> Any:

@@ -59,6 +59,7 @@ class RunRecord:
     collected: list[str] = field(default_factory=list)
     interrupted: bool = False
     interruption: str | None = None
+    startup_s: float | None = None
 
     def add(self, result: CheckResult) -> None:
         """Store (or replace) a check's result."""
@@ -95,6 +96,7 @@ def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[s
             "options": options,
             "interrupted": record.interrupted,
             "interruption": record.interruption,
+            "startup_s": record.startup_s,
             "exit_code": exit_code,
         },
         "verdict": record.verdict().value,
