@@ -265,7 +265,7 @@ def _read_rows(lines: Sequence[str], start: int, columns: Sequence[str]) -> tupl
     index = start
     while index < len(lines):
         tokens = lines[index].split()
-        if not tokens or not _looks_like_row(tokens):
+        if not tokens or not (tokens[0] in columns or _looks_like_row(tokens)):
             break
         label = tokens[0]
         if label not in columns:
