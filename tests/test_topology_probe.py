@@ -1,17 +1,15 @@
-"""The topology probe: nvidia-smi through a recorded runner, NVML through the fake backend."""
+"""The topology probe: nvidia-smi through a recorded runner, NVML through the fake machines."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from preflight.parse.topo import parse_topo_matrix
 from preflight.probe.command import CommandResult
 from preflight.probe.topology import SMI_ARGV, GpuNvlinks, NvmlPair, read_nvml_topology, read_smi_topology
-from tests.fakes.topology_nvml import FakeTopologyNvml
+from tests.fakes.nvml import FakeNvml
 
 H100 = "8xH100-AWS-p5.48xlarge-NV18-no-NIC-columns-legend.txt"
-PAIRS = "4xA100-80GB-PCIe-NV12-bridge-pairs-Azure-NC96ads.txt"
 
 
 class Runner:
@@ -44,33 +42,31 @@ def test_smi_problems_are_values() -> None:
     assert garbled.raw.startswith("\tGPU0")
 
 
-def _fake(shared: Path, name: str, **kwargs: object) -> FakeTopologyNvml:
-    return FakeTopologyNvml.build(parse_topo_matrix((shared / "topo" / name).read_text()), **kwargs)  # type: ignore[arg-type]
-
-
-def test_nvml_counts_links_and_reads_pairs(shared_fixtures: Path) -> None:
-    facts = read_nvml_topology(_fake(shared_fixtures, H100, missing=[3], down=[(5, 17)]))
+def test_nvml_counts_links_and_reads_pairs() -> None:
+    facts = read_nvml_topology(FakeNvml.from_profile("8x-h100-sxm", nvlinks_missing={3}, nvlink_down={(5, 17)}))
     assert facts.started and facts.error is None and facts.gpu_count == 8
     assert facts.nvlinks[0] == GpuNvlinks(gpu=0, active=18, present=18, version=6)
     assert facts.nvlinks[3] == GpuNvlinks(gpu=3, active=0, present=18, version=None)
     assert facts.nvlinks[5].active == 17
     assert len(facts.pairs) == 28
-    assert NvmlPair(0, 1, True, "NODE") in facts.pairs
+    assert NvmlPair(0, 1, True, "NODE") in facts.pairs and NvmlPair(0, 4, True, "SYS") in facts.pairs
     assert all(p.nvlink is False for p in facts.pairs if 3 in (p.a, p.b))
-    assert facts.bus_ids[0] == "00000000:18:00.0"
+    assert facts.bus_ids[1] == "00000000:2A:00.0"
 
 
-def test_nvml_pcie_levels_and_no_nvlink(shared_fixtures: Path) -> None:
-    facts = read_nvml_topology(_fake(shared_fixtures, "4xL40S-NODE-SYS-2NICs-no-NVLink.txt"))
-    assert all(g.present == 0 and g.active == 0 for g in facts.nvlinks)
-    levels = {(p.a, p.b): p.pcie_level for p in facts.pairs}
-    assert levels[(0, 1)] == "NODE" and levels[(0, 2)] == "SYS"
-    assert all(p.nvlink is False for p in facts.pairs)
+def test_nvml_bridged_pairs_and_pcie_only() -> None:
+    bridged = read_nvml_topology(FakeNvml.from_profile("4x-a100-pcie-bridged"))
+    assert {(p.a, p.b) for p in bridged.pairs if p.nvlink} == {(0, 1), (2, 3)}
+    assert all(g.active == 12 for g in bridged.nvlinks)
+    pcie = read_nvml_topology(FakeNvml.from_profile("8x-l40s"))
+    assert all(g.present == 0 and g.active == 0 for g in pcie.nvlinks)
+    levels = {(p.a, p.b): p.pcie_level for p in pcie.pairs}
+    assert levels[(0, 1)] == "PIX" and levels[(0, 2)] == "NODE" and levels[(0, 4)] == "SYS"
 
 
-def test_nvml_that_cannot_start_or_fails_midway(shared_fixtures: Path) -> None:
-    down = read_nvml_topology(_fake(shared_fixtures, PAIRS, unavailable="libnvidia-ml.so.1 not found"))
-    assert not down.started and "libnvidia-ml.so.1 not found" in (down.error or "")
-    partial = read_nvml_topology(_fake(shared_fixtures, PAIRS, failing=frozenset({"p2p_status"})))
-    assert partial.started and partial.gpu_count == 4 and len(partial.nvlinks) == 4
-    assert partial.pairs == () and "p2p_status: GPU is lost" in (partial.error or "")
+def test_nvml_that_cannot_start_or_fails_midway() -> None:
+    down = read_nvml_topology(FakeNvml.from_profile("8x-h100-sxm", init_error="DRIVER_NOT_LOADED"))
+    assert not down.started and "kernel driver is not loaded" in (down.error or "")
+    lost = read_nvml_topology(FakeNvml.from_profile("8x-h100-sxm", gpu_lost={2}))
+    assert lost.started and lost.gpu_count == 8 and len(lost.nvlinks) == 2
+    assert lost.pairs == () and "GPU is lost" in (lost.error or "")
