@@ -11,7 +11,7 @@ collective, so that is a FAIL naming it.
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -370,11 +370,3 @@ def _gpu_span(indices: Sequence[int]) -> str:
 def _join(names: Sequence[str]) -> str:
     return names[0] if len(names) == 1 else ", ".join(names[:-1]) + " and " + names[-1]
 
-
-def summary_mapping(matrix: TopoMatrix) -> Mapping[str, Any]:
-    """Everything the command and the report show about one matrix, as plain JSON."""
-    facts = classify(matrix)
-    return {
-        "classification": facts.as_dict(),
-        "nvlink_totals": dict(zip(matrix.gpus, _nvlink_totals(matrix), strict=True)),
-    }
