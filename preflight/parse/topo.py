@@ -41,6 +41,8 @@ _GPU_NAME = re.compile(r"^GPU(0|[1-9][0-9]*)$")
 _GLUED_GPUS = re.compile(r"^((?:GPU[0-9]+){2,})(\S*)$|^(GPU[0-9]+)([A-Za-z]\S*)$")
 _NIC_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*$")
 _NIC_LEGEND = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
+_LAUNCHER_PREFIX = re.compile(r"^(\s*[0-9]+: |\[[0-9]+,[0-9]+\]<std(?:out|err)>:)")
+"""``srun --label`` (``0: ``) and ``mpirun --tag-output`` (``[1,0]<stdout>:``) line prefixes."""
 _ID_LIST = re.compile(r"^[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*$")
 
 
@@ -121,7 +123,7 @@ def nvlink_width(code: str) -> int | None:
 
 def parse_topo_matrix(text: str) -> TopoMatrix:
     """Parse the output of ``nvidia-smi topo -m``; raise :class:`TopologyParseError` when unsure."""
-    lines = [_ANSI.sub("", line).rstrip("\r") for line in text.replace("\r\n", "\n").split("\n")]
+    lines = _strip_launcher_prefix([_ANSI.sub("", line).rstrip("\r") for line in text.replace("\r\n", "\n").split("\n")])
     header_at = _find_header(lines)
     gpus, nics, affinity_columns = _read_header(lines[header_at])
     columns = gpus + nics
@@ -180,6 +182,15 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         gpu_numa_id=affinity.get("GPU NUMA ID"),
         notes=tuple(notes),
     )
+
+
+def _strip_launcher_prefix(lines: list[str]) -> list[str]:
+    """Remove a launcher's line prefix, but only when every non-empty line carries the same one."""
+    filled = [line for line in lines if line.strip()]
+    first = _LAUNCHER_PREFIX.match(filled[0]) if filled else None
+    if first is None or not all(line.startswith(first.group(1)) for line in filled):
+        return lines
+    return [line[len(first.group(1)):] for line in lines]
 
 
 def _check_code(code: str, row: str, column: str) -> None:
