@@ -75,7 +75,8 @@ def test_p2p_copies(record, p2p_launch, smi_topology, nvml_topology, pcie_facts)
     if verdict is None:
         result = (p2p_launch.ranks[0].result or {}).get("result", {})
         by_bus = {bus: f"GPU{index}" for index, bus in enumerate(nvml_topology.bus_ids)}
-        names = {d["index"]: by_bus[d["pci_bus_id"]] for d in result.get("devices", []) if d.get("pci_bus_id") in by_bus}
+        devices = [d for d in result.get("devices", []) if d.get("pci_bus_id") in by_bus]
+        names = {d["index"]: by_bus[d["pci_bus_id"]] for d in devices}
         verdict = judge_p2p(result, names=names, matrix=smi_topology.matrix)
     if verdict.status in (Status.FAIL, Status.WARN):
         verdict = verdict.with_extra(evidence=pcie_evidence(pcie_facts))

@@ -20,7 +20,8 @@ A100_PAIRS = "4xA100-80GB-PCIe-NV12-bridge-pairs-Azure-NC96ads.txt"
 def _fake_smi(bin_dir: Path, capture: Path | None, exit_code: int) -> None:
     """An ``nvidia-smi`` that prints ``capture`` (or a driver failure) and exits with ``exit_code``."""
     bin_dir.mkdir(exist_ok=True)
-    body = f"cat '{capture}'\n" if capture else "echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.'\n"
+    failure = "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."
+    body = f"cat '{capture}'\n" if capture else f"echo '{failure}'\n"
     script = bin_dir / "nvidia-smi"
     script.write_text(f"#!/bin/sh\n{body}exit {exit_code}\n")
     script.chmod(0o755)
@@ -40,7 +41,8 @@ def run_checks(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *, sm
     out = pytester.path / "out"
     args = ["-p", "no:cacheprovider", f"--preflight-report-dir={out}", *extra]
     if profile is not None:
-        args += ["-p", "tests.fakes.nvml_plugin", f"--fake-nvml={profile}", f"--fake-nvml-faults={json.dumps(faults or {})}"]
+        args += ["-p", "tests.fakes.nvml_plugin", f"--fake-nvml={profile}",
+                 f"--fake-nvml-faults={json.dumps(faults or {})}"]
     result = pytester.runpytest(*args)
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     report = json.loads((out / "preflight.json").read_text())
@@ -79,11 +81,13 @@ def test_one_link_down_against_an_expected_count(pytester, monkeypatch, shared_f
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / A100_SXM, profile="8x-a100-sxm",
                         faults={"nvlink_down": [[6, 11]]}, extra=("--preflight-expect-nvlinks=12",))
     nvlinks = checks["test_nvlinks_all_active"]
-    assert nvlinks["status"] == "FAIL" and nvlinks["summary"].startswith("GPU6 has 11 of 12 NVLinks active (expected 12)")
+    assert nvlinks["status"] == "FAIL"
+    assert nvlinks["summary"].startswith("GPU6 has 11 of 12 NVLinks active (expected 12)")
 
 
 def test_bridge_pairs_warn_that_all_reduce_runs_at_pcie_speed(pytester, monkeypatch, shared_fixtures):
-    checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / A100_PAIRS, profile="4x-a100-pcie-bridged")
+    checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / A100_PAIRS,
+                        profile="4x-a100-pcie-bridged")
     layout = checks["test_gpu_interconnect"]
     assert layout["status"] == "WARN" and layout["code"] == "TOPOLOGY_NVLINK_PAIRS_ONLY"
     assert "only within pairs (0-1, 2-3)" in layout["summary"]

@@ -28,7 +28,8 @@ class RecordedRunner:
         self.result = result
         self.calls: list[tuple[tuple[str, ...], float]] = []
 
-    def __call__(self, argv: Sequence[str], timeout_s: float = 20.0, env: Mapping[str, str] | None = None) -> CommandResult:
+    def __call__(self, argv: Sequence[str], timeout_s: float = 20.0,
+                 env: Mapping[str, str] | None = None) -> CommandResult:
         if tuple(argv) != topology.LIVE_ARGV:
             raise AssertionError(f"unexpected command {argv!r}")
         self.calls.append((tuple(argv), timeout_s))
@@ -42,7 +43,8 @@ def _json(capsys: pytest.CaptureFixture[str], argv: list[str], **kwargs: object)
 
 
 @pytest.mark.parametrize("twin", sorted(EXPECTED.glob("*.json")), ids=lambda p: p.stem)
-def test_json_gives_gpus_and_links_as_written(shared_fixtures: Path, capsys: pytest.CaptureFixture[str], twin: Path) -> None:
+def test_json_gives_gpus_and_links_as_written(shared_fixtures: Path, capsys: pytest.CaptureFixture[str],
+                                              twin: Path) -> None:
     expected = json.loads(twin.read_text())
     capture = shared_fixtures / "topo" / f"{twin.stem}.txt"
     if "error" in expected:

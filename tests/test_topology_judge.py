@@ -27,7 +27,8 @@ CAPTURES = {
     "4xH100-SXM-Lambda-NV18-PHB-NIC-header-7-leading-spaces": (
         Layout.NVSWITCH, Status.PASS, None, ["4 GPUs, all pairs NV18 (NVSwitch)", "will not be link-bound"]),
     "8xH100-AWS-p5.48xlarge-NV18-no-NIC-columns-legend": (
-        Layout.NVSWITCH, Status.PASS, None, ["8 GPUs, all pairs NV18 (NVSwitch): FSDP and ZeRO-3 will not be link-bound"]),
+        Layout.NVSWITCH, Status.PASS, None,
+        ["8 GPUs, all pairs NV18 (NVSwitch): FSDP and ZeRO-3 will not be link-bound"]),
     "8xA100-HGX-NV12-single-mlx5_0-column-old-format": (Layout.NVSWITCH, Status.PASS, None, ["NV12 (NVSwitch)"]),
     "4xA100-80GB-PCIe-NV12-bridge-pairs-Azure-NC96ads": (
         Layout.NVLINK_PAIRS, Status.WARN, "TOPOLOGY_NVLINK_PAIRS_ONLY",
@@ -116,7 +117,8 @@ def test_nvlink_balance_on_a_switch_with_one_weak_gpu() -> None:
 
 
 def test_nvlink_balance_even_mesh_passes_and_pcie_skips(shared_fixtures: Path) -> None:
-    mesh = parse_topo_matrix((shared_fixtures / "topo" / "8xV100-SXM2-NERSC-cgpu-mlx4-mlx5-columns-decommented.txt").read_text())
+    nersc = shared_fixtures / "topo" / "8xV100-SXM2-NERSC-cgpu-mlx4-mlx5-columns-decommented.txt"
+    mesh = parse_topo_matrix(nersc.read_text())
     assert judge_nvlink_balance(mesh).status is Status.PASS
     assert judge_nvlink_balance(_matrix("X PIX\nPIX X")).status is Status.SKIP
 

@@ -17,7 +17,8 @@ class Runner:
         self.result = result
         self.deadlines: list[float] = []
 
-    def __call__(self, argv: Sequence[str], timeout_s: float = 20.0, env: Mapping[str, str] | None = None) -> CommandResult:
+    def __call__(self, argv: Sequence[str], timeout_s: float = 20.0,
+                 env: Mapping[str, str] | None = None) -> CommandResult:
         assert tuple(argv) == SMI_ARGV
         self.deadlines.append(timeout_s)
         return self.result

@@ -34,7 +34,8 @@ def judge_p2p_launch(launch: LaunchResult) -> Verdict | None:
     evidence = launch.evidence()
     if launch.ranks_in("hung") or (launch.timed_out and not launch.ranks_in("crashed")):
         where = f" during '{phase}'" if phase else ""
-        return fail("P2P_COPY_HUNG", f"peer-to-peer copy test hung{where}: {launch.describe()}", P2P_FIX, evidence=evidence)
+        summary = f"peer-to-peer copy test hung{where}: {launch.describe()}"
+        return fail("P2P_COPY_HUNG", summary, P2P_FIX, evidence=evidence)
     error = rank.error if rank and rank.error else launch.describe()
     return fail("P2P_TEST_CRASHED", f"peer-to-peer copy test crashed: {error}", P2P_FIX, evidence=evidence)
 
@@ -60,7 +61,8 @@ def judge_p2p(result: Mapping[str, Any], names: Mapping[int, str] | None = None,
 
     broken = [label[k] + f" ({p['error']})" for p, k in zip(pairs, key, strict=True) if p.get("error")]
     if broken:
-        return fail("P2P_COPY_FAILED", f"copy failed on {len(broken)} pair(s): {'; '.join(broken[:4])}", P2P_FIX, **extra)
+        summary = f"copy failed on {len(broken)} pair(s): {'; '.join(broken[:4])}"
+        return fail("P2P_COPY_FAILED", summary, P2P_FIX, **extra)
     corrupt = [f"{label[k]} ({p['mismatches']} of {p['bytes'] // 4} values wrong, first at {p['first_bad_index']})"
                for p, k in zip(pairs, key, strict=True) if p.get("mismatches")]
     if corrupt:
@@ -132,14 +134,16 @@ def _table(pairs: Sequence[Mapping[str, Any]], label: Mapping[tuple[int, int], s
     highlight: list[int] = []
     for index, p in enumerate(pairs):
         k = (p["src"], p["dst"])
-        verified = "error" if p.get("error") else ("yes" if p.get("mismatches") == 0 else f"{p.get('mismatches')} wrong")
+        wrong = p.get("mismatches")
+        verified = "error" if p.get("error") else ("yes" if wrong == 0 else f"{wrong} wrong")
         gbps = p.get("gbps")
         rows.append([label[k], link[k] or "", "yes" if p.get("can_access_peer") else "no", verified,
                      None if gbps is None else round(gbps, 1)])
         if p.get("error") or p.get("mismatches") or not p.get("can_access_peer"):
             highlight.append(index)
     return View("table", "Peer-to-peer copies (each verified element by element)",
-                {"columns": ["pair", "link", "peer access", "data verified", "GB/s"], "rows": rows, "highlight": highlight})
+                {"columns": ["pair", "link", "peer access", "data verified", "GB/s"], "rows": rows,
+                 "highlight": highlight})
 
 
 def _list(items: Sequence[str]) -> str:

@@ -93,7 +93,8 @@ def classify(matrix: TopoMatrix) -> Classification:
         layout = Layout.PCIE
     elif not pcie:
         codes = {c for _, _, c in nvlink}
-        switched = len(codes) == 1 and count > 2 and nvlink_width(next(iter(codes))) * (count - 1) > MAX_NVLINKS_PER_GPU  # type: ignore[operator]
+        width = nvlink_width(next(iter(codes))) or 0
+        switched = len(codes) == 1 and count > 2 and width * (count - 1) > MAX_NVLINKS_PER_GPU
         layout = Layout.NVSWITCH if switched else Layout.NVLINK_ALL
     elif all(sum(1 for a, b, _ in nvlink if g in (a, b)) <= 1 for g in range(count)):
         layout = Layout.NVLINK_PAIRS
@@ -343,13 +344,17 @@ def _summary(matrix: TopoMatrix, facts: Classification) -> str:
             f"{count} GPUs, NVLink ({codes}) only within pairs ({pairs}){lonely}, the rest {crossing}: "
             "expect all-reduce to run at PCIe speed"
         )
-    share = f"{len(facts.nvlink_pairs)} of {len(facts.nvlink_pairs) + len(facts.pcie_pairs)} pairs over NVLink ({codes})"
+    total = len(facts.nvlink_pairs) + len(facts.pcie_pairs)
+    share = f"{len(facts.nvlink_pairs)} of {total} pairs over NVLink ({codes})"
     if facts.ring_on_nvlink:
         return (
             f"{count} GPUs, partial NVLink mesh: {share}, the rest over PCIe (up to {facts.worst_pcie}): "
             "NCCL rings can stay on NVLink, but all-to-all traffic between unlinked pairs crosses PCIe"
         )
-    return f"{count} GPUs, partial NVLink: {share}, but any ring through all GPUs goes {crossing}: expect all-reduce at PCIe speed"
+    return (
+        f"{count} GPUs, partial NVLink: {share}, but any ring through all GPUs goes {crossing}: "
+        "expect all-reduce at PCIe speed"
+    )
 
 
 def _version_text(states: Sequence[GpuNvlinks]) -> str:

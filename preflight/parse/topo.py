@@ -85,7 +85,8 @@ class TopoMatrix:
                     )
         if len(self.nic_devices) != len(self.nics):
             raise TopologyParseError("nic_devices must name one device per NIC column")
-        if self.nics and (len(self.gpu_nic_links) != count or any(len(r) != len(self.nics) for r in self.gpu_nic_links)):
+        ragged = any(len(row) != len(self.nics) for row in self.gpu_nic_links)
+        if self.nics and (len(self.gpu_nic_links) != count or ragged):
             raise TopologyParseError(f"GPU x NIC block is not {count}x{len(self.nics)}")
         for values in (self.cpu_affinity, self.numa_affinity, self.gpu_numa_id):
             if values is not None and len(values) != count:
@@ -123,7 +124,8 @@ def nvlink_width(code: str) -> int | None:
 
 def parse_topo_matrix(text: str) -> TopoMatrix:
     """Parse the output of ``nvidia-smi topo -m``; raise :class:`TopologyParseError` when unsure."""
-    lines = _strip_launcher_prefix([_ANSI.sub("", line).rstrip("\r") for line in text.replace("\r\n", "\n").split("\n")])
+    raw_lines = text.replace("\r\n", "\n").split("\n")
+    lines = _strip_launcher_prefix([_ANSI.sub("", line).rstrip("\r") for line in raw_lines])
     header_at = _find_header(lines)
     gpus, nics, affinity_columns = _read_header(lines[header_at])
     columns = gpus + nics

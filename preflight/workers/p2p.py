@@ -116,13 +116,15 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
             if a == b:
                 continue
             ctx.progress(f"copy cuda{a}->cuda{b}")
-            entry: dict[str, Any] = {"src": a, "dst": b, "can_access_peer": bool(torch.cuda.can_device_access_peer(a, b))}
+            peer = bool(torch.cuda.can_device_access_peer(a, b))
+            entry: dict[str, Any] = {"src": a, "dst": b, "can_access_peer": peer}
             try:
                 entry.update(measure_pair(torch.device("cuda", a), torch.device("cuda", b), numel, args.iterations,
                                           seed=a * count + b))
                 entry["error"] = None
             except Exception as exc:  # noqa: BLE001 - a failed copy is this pair's result, not the worker's end
-                entry.update({"error": f"{type(exc).__name__}: {exc}".splitlines()[0], "mismatches": None, "gbps": None})
+                message = f"{type(exc).__name__}: {exc}".splitlines()[0]
+                entry.update({"error": message, "mismatches": None, "gbps": None})
             pairs.append(entry)
             torch.cuda.empty_cache()
     return {"devices": devices, "pairs": pairs, "mib": args.mib}
