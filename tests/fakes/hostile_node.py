@@ -5,7 +5,7 @@ is hostile, and a run that stalls at a chosen point so a test can interrupt it t
 - ``PREFLIGHT_TEST_HOSTILE_GPU=1``: the GPU checks see a fake NVML machine (one A10G) whose GPU
   name carries markup, through the real inventory fixtures;
 - ``PREFLIGHT_TEST_STALL=collect|collected|check|report`` with ``PREFLIGHT_TEST_STALL_MARK=PATH``
-  writes PATH and sleeps when the run reaches that point (``check`` is done by
+  writes PATH and sleeps (once) when the run reaches that point (``check`` is done by
   ``planted_checks.test_planted_stall``); checks of planted_checks run before the shipped ones.
 It never ships with preflight.
 """
@@ -29,12 +29,16 @@ from tests.fakes.nvml import FakeNvml
 from tests.fakes.nvml_profiles import PROFILES
 
 STALL_S = 600.0
+REPORT_STALL_S = 8.0
+"""Short, so a run that rightly holds signals while it writes its reports still ends in time."""
 
 
-def _stall(point: str) -> None:
-    if os.environ.get("PREFLIGHT_TEST_STALL") == point:
-        Path(os.environ["PREFLIGHT_TEST_STALL_MARK"]).write_text(point)
-        time.sleep(STALL_S)
+def _stall(point: str, seconds: float = STALL_S) -> None:
+    """Stall once at ``point`` (a retry after the interruption goes straight through)."""
+    mark = Path(os.environ.get("PREFLIGHT_TEST_STALL_MARK", "/nonexistent/mark"))
+    if os.environ.get("PREFLIGHT_TEST_STALL") == point and not mark.exists():
+        mark.write_text(point)
+        time.sleep(seconds)
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -50,7 +54,7 @@ def pytest_configure(config: pytest.Config) -> None:
         render = report_collector.render_html
 
         def slow_render(report: dict[str, Any]) -> str:
-            _stall("report")
+            _stall("report", REPORT_STALL_S)
             return render(report)
 
         report_collector.render_html = slow_render  # type: ignore[assignment]
