@@ -79,19 +79,21 @@ def test_help_lists_every_option():
 def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing_behind(tmp_path):
     out = tmp_path / "reports"
     started = time.monotonic()
-    result = preflight("--report-dir", str(out), "--launch-timeout", "15", "-k", "ddp", "--", "-p",
+    result = preflight("--report-dir", str(out), "--launch-timeout", "30", "-k", "ddp", "--", "-p",
                        "tests.fakes.faulty_ddp", env={"PREFLIGHT_TEST_FAULT": "hang:1"})
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.strip().splitlines()[-1].startswith("NOT READY")
-    assert elapsed < 15 + 20, f"preflight took {elapsed:.0f} s with a 15 s launch deadline"
+    # start-up and the kill grace come on top of the deadline; a loaded 2-core machine is slow to start
+    assert elapsed < 30 + 30, f"preflight took {elapsed:.0f} s with a 30 s launch deadline"
     report = json.loads((out / "preflight.json").read_text())
     validate_report(report)
     ddp = next(c for c in report["checks"] if c["name"] == "test_ddp_step")
     assert ddp["code"] == "DDP_RANK_HUNG" and "rank 1 got the least far" in ddp["summary"]
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if str(out) in " ".join(p.info["cmdline"] or [])
-                 or "tests.workers.faulty" in " ".join(p.info["cmdline"] or [])]
-    assert not [p for p in leftovers if p.status() != psutil.STATUS_ZOMBIE]
+    rank_pids = [int(p.read_text()) for p in (out / "logs" / "ddp").glob("rank*.pid")]
+    assert len(rank_pids) == 2
+    alive = [pid for pid in rank_pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
+    assert not alive, f"worker processes left running: {alive}"
 
 
 def test_a_crashed_rank_is_named_in_the_terminal_summary(tmp_path):

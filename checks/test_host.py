@@ -1,0 +1,60 @@
+"""Will the node keep a long job alive: shared memory, locked memory, disk, session, leftovers, environment."""
+
+from __future__ import annotations
+
+from preflight.fixtures.host import ranks_note
+from preflight.judge.host import judge_checkpoint_disk, judge_cpu_memory, judge_memlock, judge_shm
+from preflight.judge.host_session import (
+    judge_environment,
+    judge_leftover_processes,
+    judge_pcie_evidence,
+    judge_rendezvous_port,
+    judge_session,
+)
+
+
+def test_shared_memory(record, shm_facts, container_facts):
+    """/dev/shm is large enough for NCCL and DataLoader workers"""
+    record(judge_shm(shm_facts, container_facts))
+
+
+def test_locked_memory_limit(record, memlock_facts, container_facts):
+    """Locked-memory limit (ulimit -l) does not block RDMA registration"""
+    record(judge_memlock(memlock_facts, container_facts))
+
+
+def test_checkpoint_disk(record, checkpoint_disk_facts, checkpoint_size):
+    """Checkpoint directory is writable and has room for checkpoints"""
+    record(judge_checkpoint_disk(checkpoint_disk_facts, checkpoint_size))
+
+
+def test_session_survives_disconnect(record, session_facts):
+    """A job started from this shell survives a dropped SSH connection"""
+    record(judge_session(session_facts))
+
+
+def test_no_leftover_training_processes(record, leftover_processes):
+    """No earlier training run is still running"""
+    record(judge_leftover_processes(leftover_processes))
+
+
+def test_rendezvous_port_free(record, rendezvous_port_facts):
+    """The default rendezvous port 29500 is free"""
+    record(judge_rendezvous_port(rendezvous_port_facts))
+
+
+def test_environment_hygiene(record, host_env, job_ranks, cpu_memory_facts):
+    """No environment variable left set that slows or breaks the job"""
+    cpus = cpu_memory_facts.effective_cpus
+    record(judge_environment(host_env, ranks=job_ranks, cores_per_rank=cpus / job_ranks if cpus else None))
+
+
+def test_cpu_and_ram_per_rank(record, cpu_memory_facts, job_ranks, gpu_memory, settings):
+    """CPU cores and host RAM per rank for data loading"""
+    verdict = judge_cpu_memory(cpu_memory_facts, job_ranks)
+    record(verdict.with_extra(evidence={"ranks": ranks_note(job_ranks, gpu_memory, settings)}))
+
+
+def test_iommu_and_acs(record, pcie_facts):
+    """IOMMU and PCIe ACS state (evidence for peer-to-peer problems)"""
+    record(judge_pcie_evidence(pcie_facts))

@@ -1,0 +1,25 @@
+"""Will the model fit: model-state memory per GPU for DDP, ZeRO-1/2/3 and FSDP on this node."""
+
+from __future__ import annotations
+
+from preflight.judge.memory_fit import DEFAULT_HEADROOM, judge_memory_fit, plan_memory_fit
+from preflight.outcome import skip
+
+
+def test_memory_fit(record, settings, gpu_memory, bytes_per_param):
+    """The model fits this node's GPUs with at least one strategy"""
+    params = settings.option("model_params")
+    if params is None:
+        record(skip("no model size given: pass --model-params (e.g. 7B) to size the job on this node"))
+        return
+    if not gpu_memory.gpus:
+        record(skip(gpu_memory.reason or "no NVIDIA GPU visible"))
+        return
+    plan = plan_memory_fit(
+        params=params,
+        gpus=gpu_memory.gpus,
+        split=bytes_per_param,
+        largest_layer_params=settings.option("largest_layer_params"),
+        headroom=settings.option("headroom") or DEFAULT_HEADROOM,
+    )
+    record(judge_memory_fit(plan).with_extra(evidence={"gpu memory source": gpu_memory.source}))

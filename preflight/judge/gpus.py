@@ -1,0 +1,297 @@
+"""Judges of the GPU inventory: NVML itself, each GPU's health, and the mix of models.
+
+Per-GPU judges take one :class:`GpuInfo` so a check can be parametrized per GPU and name it in
+every summary. A fact the GPU cannot report gives SKIP, a failed query gives ERROR; neither is
+ever taken for "healthy".
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+
+from preflight.outcome import Status, Verdict, View, error, fail, passed, skip, warn
+from preflight.probe.gpus import MIB, THROTTLE_REASON_BITS, GpuInfo, Inventory, decode_clock_event_reasons
+from preflight.probe.nvml import Absent
+
+# NVML init failures that only mean "this is not a GPU machine" (SKIP unless GPUs are expected).
+NOT_A_GPU_MACHINE = ("NVML_LIBRARY_NOT_FOUND", "NVML_BINDINGS_MISSING")
+
+BUSY_FAIL_FRACTION = 0.10  # other processes holding >= 10% of a GPU's memory: the job will OOM or crawl
+UNSEEN_FLOOR_FRACTION = 0.05  # used memory above 5% (at least 1 GiB) with no process listed
+UNSEEN_FLOOR_BYTES = 1024 * MIB
+
+
+def no_gpu_reason(inventory: Inventory) -> str | None:
+    """Why per-GPU checks cannot run (used as their SKIP reason), or None when NVML lists GPUs."""
+    if inventory.error is not None:
+        return f"no NVIDIA GPU visible: {inventory.error.cause}"
+    if not inventory.gpus:
+        return "no NVIDIA GPU visible: NVML lists no GPU"
+    return None
+
+
+def judge_nvml(inventory: Inventory, expect_gpus: int | None) -> Verdict:
+    """NVML starts and lists GPUs; a missing library is SKIP on a machine nobody said had GPUs."""
+    problem = inventory.error
+    if problem is not None:
+        if problem.code in NOT_A_GPU_MACHINE and expect_gpus is None:
+            return skip(f"no NVIDIA GPU visible: {problem.cause}", evidence={"nvml": problem.nvml_error})
+        wanted = f" (expected {expect_gpus} GPUs)" if expect_gpus else ""
+        return fail(
+            problem.code, f"NVML cannot start: {problem.cause}{wanted}", problem.remediation, evidence={"nvml": problem.nvml_error}
+        )
+    if not inventory.gpus:
+        return fail(
+            "NO_GPU",
+            f"NVML (driver {inventory.driver_version}) starts but lists no GPU",
+            "Run `nvidia-smi -L` and `sudo dmesg | grep -i xid`; in a container, pass the GPUs through "
+            "(--gpus all). A GPU that fell off the bus needs a reset or a reboot.",
+        )
+    cuda = inventory.cuda_driver_version_text or "unknown"
+    return passed(
+        f"NVML sees {len(inventory.gpus)} GPU(s); driver {inventory.driver_version}, driver CUDA {cuda}",
+        details={"backend": inventory.backend},
+    )
+
+
+def _query_failed(gpu: GpuInfo, *fields: str) -> Verdict | None:
+    """ERROR naming the GPU when one of ``fields`` could not be read (a lost GPU is FAIL elsewhere)."""
+    failed = [name for name in fields if name in gpu.query_errors]
+    if not failed:
+        return None
+    detail = "; ".join(gpu.query_errors[name] for name in failed)
+    return error(f"{gpu.label}: NVML query failed: {detail}", code="NVML_QUERY_FAILED")
+
+
+def judge_gpu_responds(gpu: GpuInfo) -> Verdict:
+    """Every NVML query answers; GPU_IS_LOST (fell off the bus, XID 79) is FAIL."""
+    if gpu.gpu_lost:
+        return fail(
+            "GPU_LOST",
+            f"GPU {gpu.index}: NVML reports the GPU is lost (fell off the bus)",
+            "Read `sudo dmesg | grep -i xid` (XID 79 = fallen off the bus); reset with `sudo nvidia-smi -r -i "
+            f"{gpu.index}` or reboot; if it returns, the node needs service.",
+            evidence={"nvml": "\n".join(f"{k}: {v}" for k, v in gpu.query_errors.items())},
+        )
+    if gpu.query_errors:
+        detail = "; ".join(f"{k}: {v}" for k, v in gpu.query_errors.items())
+        return error(f"{gpu.label}: some NVML queries failed: {detail}", code="NVML_QUERY_FAILED")
+    return passed(f"{gpu.label} answers every NVML query")
+
+
+def judge_gpu_busy(gpu: GpuInfo, own_pids: Collection[int] = (), fail_fraction: float = BUSY_FAIL_FRACTION) -> Verdict:
+    """No other process holds memory on the GPU (WARN small holders, FAIL at ``fail_fraction``)."""
+    failed = _query_failed(gpu, "memory", "processes")
+    if failed:
+        return failed
+    total, used = gpu.memory_total, gpu.memory_used
+    if isinstance(total, Absent) or isinstance(used, Absent):
+        return skip(f"{gpu.label}: memory use is not reported here")
+    others = [] if isinstance(gpu.processes, Absent) else [p for p in gpu.processes if p.pid not in own_pids]
+    act = fail if used >= fail_fraction * total else warn
+    share = f"{used // MIB:,} of {total // MIB:,} MiB in use"
+    if others:
+        listed = ", ".join(f"pid {p.pid} ({'?' if p.used_memory is None else f'{p.used_memory // MIB:,}'} MiB)" for p in others)
+        return act(
+            "GPU_IN_USE",
+            f"{gpu.label}: {len(others)} other process(es) on it: {listed}; {share}",
+            f"Stop them before the run: `nvidia-smi --query-compute-apps=pid,used_memory --format=csv -i {gpu.index}`, "
+            "then `kill <pid>`. Inside a container these are host pids: stop them on the host.",
+            details={"pids": [p.pid for p in others]},
+        )
+    if used >= max(UNSEEN_FLOOR_BYTES, UNSEEN_FLOOR_FRACTION * total):
+        return act(
+            "GPU_MEMORY_IN_USE_UNSEEN",
+            f"{gpu.label}: {share} but no process is visible from here",
+            "Another container or a host process holds it (NVML cannot see across pid namespaces): run "
+            "`nvidia-smi` on the host and stop it, or use another GPU.",
+        )
+    return passed(f"{gpu.label}: no other process; {share}")
+
+
+def judge_ecc(gpu: GpuInfo) -> Verdict:
+    """No uncorrectable ECC error since the driver loaded (FAIL); lifetime ones alone are WARN."""
+    failed = _query_failed(gpu, "ecc_uncorrected_volatile", "ecc_uncorrected_aggregate")
+    if failed:
+        return failed
+    volatile, aggregate = gpu.ecc_uncorrected_volatile, gpu.ecc_uncorrected_aggregate
+    if gpu.ecc_enabled is False:
+        return skip(f"{gpu.label}: ECC is off, so there are no error counters to read")
+    if isinstance(volatile, Absent):
+        return skip(f"{gpu.label}: ECC error counters: {volatile}")
+    if volatile > 0:
+        return fail(
+            "GPU_ECC_UNCORRECTABLE",
+            f"{gpu.label}: {volatile} uncorrectable ECC error(s) since the driver loaded",
+            f"Do not run on GPU {gpu.index}: stop its processes and reset it (`sudo nvidia-smi -r -i {gpu.index}`) "
+            f"or reboot; inspect `nvidia-smi -q -d ECC,ROW_REMAPPER -i {gpu.index}`. Errors that come back mean RMA.",
+            details={"volatile": volatile, "aggregate": aggregate},
+        )
+    if isinstance(aggregate, int) and aggregate > 0:
+        return warn(
+            "GPU_ECC_HISTORY",
+            f"{gpu.label}: {aggregate} uncorrectable ECC error(s) over its life, none since the driver loaded",
+            f"Watch GPU {gpu.index}: check `nvidia-smi -q -d ECC,ROW_REMAPPER -i {gpu.index}` shows no pending "
+            "remap; report it to the provider if the count grows.",
+        )
+    return passed(f"{gpu.label}: no uncorrectable ECC errors")
+
+
+def judge_memory_repairs(gpu: GpuInfo) -> Verdict:
+    """No pending or failed row remap (Ampere+) and no pending page retirement (older GPUs)."""
+    failed = _query_failed(gpu, "remapped_rows", "retired_pages_pending")
+    if failed:
+        return failed
+    rows, pending_pages = gpu.remapped_rows, gpu.retired_pages_pending
+    if not isinstance(rows, Absent):
+        if rows.failed:
+            return fail(
+                "GPU_ROW_REMAP_FAILED",
+                f"{gpu.label}: a row remap failed ({rows.uncorrected} uncorrectable-error remaps): no spare rows left",
+                f"GPU {gpu.index} needs replacement (RMA): move the job to another node and report it to the provider.",
+            )
+        if rows.pending:
+            return fail(
+                "GPU_ROW_REMAP_PENDING",
+                f"{gpu.label}: a row remap is pending; it takes effect only after a GPU reset",
+                f"Stop the processes on GPU {gpu.index} and reset it (`sudo nvidia-smi -r -i {gpu.index}`), or reboot.",
+            )
+        return passed(f"{gpu.label}: no pending or failed row remaps ({rows.corrected + rows.uncorrected} done)")
+    if pending_pages is True:
+        doubles = gpu.retired_pages_double_bit
+        return fail(
+            "GPU_RETIRED_PAGES_PENDING",
+            f"{gpu.label}: a memory page retirement is pending ({doubles} double-bit pages retired)",
+            f"Reset GPU {gpu.index} (`sudo nvidia-smi -r -i {gpu.index}`) or reboot so the retirement takes effect.",
+        )
+    if pending_pages is False:
+        return passed(f"{gpu.label}: no pending page retirement")
+    return skip(f"{gpu.label}: neither row remapping nor page retirement is reported by this GPU")
+
+
+def judge_mig(gpu: GpuInfo) -> Verdict:
+    """MIG off on a GPU the job uses: with MIG a process sees one slice and there is no P2P."""
+    failed = _query_failed(gpu, "mig_mode")
+    if failed:
+        return failed
+    if gpu.mig_enabled is Absent.NOT_SUPPORTED:
+        return passed(f"{gpu.label}: MIG not supported, whole GPU")
+    if isinstance(gpu.mig_enabled, Absent):
+        return skip(f"{gpu.label}: MIG mode: {gpu.mig_enabled}")
+    fix = (
+        f"If the job needs the whole GPU: `sudo nvidia-smi -i {gpu.index} -mig 0`, then reset it "
+        f"(`sudo nvidia-smi -r -i {gpu.index}`) or reboot."
+    )
+    if gpu.mig_enabled:
+        devices = 0 if isinstance(gpu.mig_devices, Absent) else len(gpu.mig_devices)
+        return warn(
+            "GPU_MIG_ENABLED",
+            f"{gpu.label}: MIG is enabled ({devices} MIG device(s)): a process sees one slice, no P2P or NVLink",
+            fix,
+        )
+    if gpu.mig_pending is True:
+        return warn("GPU_MIG_PENDING", f"{gpu.label}: MIG turns on at the next GPU reset", fix)
+    return passed(f"{gpu.label}: MIG disabled")
+
+
+def judge_persistence(gpu: GpuInfo) -> Verdict:
+    """Persistence mode on, so the driver state survives between processes."""
+    failed = _query_failed(gpu, "persistence_mode")
+    if failed:
+        return failed
+    if isinstance(gpu.persistence_mode, Absent):
+        return skip(f"{gpu.label}: persistence mode: {gpu.persistence_mode}")
+    if not gpu.persistence_mode:
+        return warn(
+            "GPU_PERSISTENCE_OFF",
+            f"{gpu.label}: persistence mode is off; every process start re-initialises the GPU",
+            "Enable the persistence daemon: `sudo systemctl enable --now nvidia-persistenced` "
+            "(or `sudo nvidia-smi -pm 1`).",
+        )
+    return passed(f"{gpu.label}: persistence mode on")
+
+
+def judge_throttling(gpu: GpuInfo) -> Verdict:
+    """No thermal or power slowdown at idle (``Idle`` and user clock settings are normal)."""
+    failed = _query_failed(gpu, "clock_event_reasons")
+    if failed:
+        return failed
+    reasons = gpu.clock_event_reasons
+    if isinstance(reasons, Absent):
+        return skip(f"{gpu.label}: clock event reasons: {reasons}")
+    held = reasons & THROTTLE_REASON_BITS
+    if held:
+        names = ", ".join(decode_clock_event_reasons(held))
+        temperature = "" if isinstance(gpu.temperature_c, Absent) else f" at {gpu.temperature_c} C"
+        return warn(
+            "GPU_THROTTLED_AT_IDLE",
+            f"{gpu.label}: clocks held down before any load{temperature}: {names}",
+            f"Check cooling and power: `nvidia-smi -q -d PERFORMANCE,TEMPERATURE,POWER -i {gpu.index}`; a lowered "
+            "power limit shows there (`nvidia-smi -pl`); HW slowdowns mean airflow or PSU trouble on the host.",
+            details={"reasons": list(decode_clock_event_reasons(reasons))},
+        )
+    names = ", ".join(decode_clock_event_reasons(reasons)) or "none"
+    return passed(f"{gpu.label}: no thermal or power slowdown (reasons: {names})")
+
+
+def judge_pcie_link(gpu: GpuInfo, under_load: tuple[int, int] | None = None) -> Verdict:
+    """PCIe at its maximum generation and width, judged only from a sample taken under load."""
+    failed = _query_failed(gpu, "pcie_current", "pcie_max")
+    if failed:
+        return failed
+    if isinstance(gpu.pcie_max, Absent):
+        return skip(f"{gpu.label}: PCIe link is not reported here (common in VMs)")
+    best = f"Gen{gpu.pcie_max[0]} x{gpu.pcie_max[1]}"
+    if under_load is None:
+        now = "unknown" if isinstance(gpu.pcie_current, Absent) else f"Gen{gpu.pcie_current[0]} x{gpu.pcie_current[1]}"
+        return skip(f"{gpu.label}: PCIe link judged only under load (idle GPUs lower it to save power); now {now}, max {best}")
+    gen, width = under_load
+    if gen < gpu.pcie_max[0] or width < gpu.pcie_max[1]:
+        return warn(
+            "GPU_PCIE_LINK_DEGRADED",
+            f"{gpu.label}: PCIe link under load is Gen{gen} x{width}, below its maximum {best}",
+            "Reseat the GPU or riser and check the slot's PCIe settings in the BIOS; compare with "
+            f"`nvidia-smi -q -d PCI -i {gpu.index}` while a copy runs.",
+        )
+    return passed(f"{gpu.label}: PCIe Gen{gen} x{width} under load (max {best})")
+
+
+def judge_gpu_models(gpus: Sequence[GpuInfo]) -> Verdict:
+    """All GPUs the job uses are one model with one memory size: the slowest sets the pace."""
+    if not gpus:
+        return skip("no GPU to compare")
+    groups: dict[tuple[str, int | str], list[int]] = {}
+    for gpu in gpus:
+        memory = gpu.memory_total if isinstance(gpu.memory_total, int) else str(gpu.memory_total)
+        groups.setdefault((str(gpu.name), memory), []).append(gpu.index)
+    if len(groups) == 1:
+        (name, memory), indices = next(iter(groups.items()))
+        size = f"{memory // MIB:,} MiB" if isinstance(memory, int) else memory
+        return passed(f"{len(indices)} x {name} ({size})")
+    listed = "; ".join(
+        f"GPU {','.join(map(str, idx))}: {name} ({m // MIB:,} MiB)" if isinstance(m, int) else f"GPU {','.join(map(str, idx))}: {name}"
+        for (name, m), idx in groups.items()
+    )
+    return warn(
+        "MIXED_GPUS",
+        f"GPUs differ: {listed}",
+        "Run the job on GPUs of one model (select them with CUDA_VISIBLE_DEVICES=<GPU UUIDs from `nvidia-smi -L`>); "
+        "in DDP/FSDP every step waits for the slowest GPU and memory is limited by the smallest.",
+    )
+
+
+
+def gpu_table(gpus: Sequence[GpuInfo], verdicts: Sequence[Sequence[Verdict]]) -> View:
+    """The GPU table for the report; rows of GPUs with a WARN/FAIL/ERROR are highlighted."""
+    bad = {Status.WARN, Status.FAIL, Status.ERROR}
+    rows: list[list[object]] = []
+    highlight: list[int] = []
+    columns: list[str] = []
+    for position, (gpu, found) in enumerate(zip(gpus, verdicts, strict=True)):
+        row = gpu.table_row()
+        columns = [*row, "problems"]
+        problems = [v.code or v.status.value for v in found if v.status in bad]
+        rows.append([*row.values(), ", ".join(problems) or "none"])
+        if problems:
+            highlight.append(position)
+    return View(kind="table", title="GPUs (NVML order)", data={"columns": columns, "rows": rows, "highlight": highlight})

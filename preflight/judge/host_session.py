@@ -1,0 +1,170 @@
+"""Will the node keep the job alive: the session, leftover runs, the rendezvous port, environment.
+
+Also the IOMMU/ACS evidence, reported here and kept for the peer-to-peer checks to attach.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from preflight.outcome import Metric, Verdict, passed, skip, warn
+from preflight.probe.host_pcie import PcieFacts
+from preflight.probe.host_processes import PortFacts, TrainingProcess
+from preflight.probe.host_session import SessionFacts
+
+OMP_WARN_CORES_PER_RANK = 4
+"""torchrun pins OMP_NUM_THREADS=1 when unset; worth fixing from this many cores per rank."""
+
+_FALSY = ("", "0", "false", "no", "off")
+
+
+@dataclass(frozen=True, slots=True)
+class EnvFinding:
+    """One variable that slows or breaks a job, and why."""
+
+    variable: str
+    value: str | None
+    why: str
+    fix: str
+
+
+def judge_session(session: SessionFacts) -> Verdict:
+    """WARN in a bare SSH session: a dropped connection sends SIGHUP and kills the job."""
+    keepers = session.keepers()
+    chain = " <- ".join(f"{p.name}({p.pid})" for p in session.parents[:6])
+    evidence = {"session": "\n".join(
+        [f"variables set: {', '.join(sorted(session.variables)) or 'none'}",
+         f"parent chain: {chain or 'unknown'}",
+         f"SIGHUP ignored: {session.sighup_ignored}", f"controlling terminal: {session.controlling_tty}"])}
+    if keepers:
+        return passed(f"a job started from this shell survives a disconnect: {'; '.join(keepers)}", evidence=evidence)
+    if session.over_ssh:
+        return warn(
+            "SESSION_NOT_DETACHED",
+            "bare SSH session (no tmux, screen, nohup or scheduler): a dropped connection kills a job started here",
+            "Start the job inside `tmux new -s train` (detach with Ctrl-b d, reattach with `tmux attach -t train`) "
+            "or screen, or as `nohup torchrun ... > train.log 2>&1 &`. A lost VM is not restarted for you: "
+            "checkpoint often and resume from the last one.",
+            evidence=evidence,
+        )
+    return passed("not an SSH session and no sign of a terminal that could hang up", evidence=evidence)
+
+
+def judge_leftover_processes(found: Sequence[TrainingProcess]) -> Verdict:
+    """WARN when other training runs, launchers or nccl-tests are still running."""
+    if not found:
+        return passed("no other training processes (torchrun, deepspeed, accelerate, train scripts, nccl-tests)")
+    lines = [f"pid {t.process.pid} ({t.reason}, user {t.process.username or '?'}): {t.process.command()[:200]}"
+             for t in found]
+    pids = " ".join(str(t.process.pid) for t in found)
+    return warn(
+        "LEFTOVER_TRAINING_PROCESSES",
+        f"{len(found)} training process{'es' if len(found) > 1 else ''} still running: "
+        + ", ".join(f"{t.process.pid} {t.reason}" for t in found[:5]),
+        f"If they are stale, stop them (`kill {pids}`, then `kill -9` after a minute) and check `nvidia-smi` "
+        "for GPU memory they still hold; they compete for GPUs, CPU and the rendezvous port.",
+        evidence={"processes": "\n".join(lines)},
+        metrics=(Metric("leftover_training_processes", len(found)),),
+    )
+
+
+def judge_rendezvous_port(port: PortFacts) -> Verdict:
+    """WARN when something listens on the default rendezvous port."""
+    if port.state == "free":
+        return passed(f"nothing listens on the default rendezvous port {port.port}")
+    if port.state == "unknown":
+        return skip(f"cannot tell who listens on port {port.port}: {port.evidence}")
+    owner = f" (pid {', '.join(map(str, port.pids))})" if port.pids else " (owner hidden: run as root to see it)"
+    return warn(
+        "RENDEZVOUS_PORT_IN_USE",
+        f"port {port.port}, the default MASTER_PORT of torchrun, DeepSpeed and accelerate, is taken{owner}",
+        f"Find the owner with `ss -ltnp 'sport = :{port.port}'` and stop it if stale, or launch with "
+        "`torchrun --standalone` (picks a free port) or `--master-port <free port>`; otherwise the job fails "
+        "with 'address already in use'.",
+        evidence={"listener": port.evidence},
+    )
+
+
+def env_findings(env: Mapping[str, str], *, ranks: int, cores_per_rank: float | None) -> list[EnvFinding]:
+    """Every variable left set that slows or breaks a job, and OMP_NUM_THREADS when it matters."""
+    found: list[EnvFinding] = []
+
+    def flag(variable: str, why: str, fix: str | None = None) -> None:
+        value = env.get(variable)
+        if value is not None and value.strip().lower() not in _FALSY:
+            found.append(EnvFinding(variable, value, why, fix or f"unset {variable}"))
+
+    flag("CUDA_LAUNCH_BLOCKING", "every CUDA kernel launch waits for the GPU: training runs several times slower")
+    debug = env.get("NCCL_DEBUG", "").strip().upper()
+    if debug in ("INFO", "TRACE"):
+        found.append(EnvFinding("NCCL_DEBUG", env["NCCL_DEBUG"],
+                                "logs every communicator and channel setup on every rank"
+                                + (" and every call (TRACE slows collectives)" if debug == "TRACE" else ""),
+                                "export NCCL_DEBUG=WARN"))
+    flag("NCCL_P2P_DISABLE", "GPU-to-GPU traffic goes through host memory instead of NVLink/PCIe P2P: "
+         "all-reduce bandwidth can drop tenfold")
+    if env.get("NCCL_P2P_LEVEL", "").strip().upper() in ("LOC", "0"):
+        found.append(EnvFinding("NCCL_P2P_LEVEL", env["NCCL_P2P_LEVEL"],
+                                "LOC disables peer-to-peer between all GPUs, like NCCL_P2P_DISABLE", "unset NCCL_P2P_LEVEL"))
+    flag("NCCL_SHM_DISABLE", "without shared memory NCCL falls back to sockets between GPUs that cannot use P2P")
+    for name in ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"):
+        flag(name, "each collective blocks the CPU until it finishes, removing compute/communication overlap")
+    flag("PYTORCH_NO_CUDA_MEMORY_CACHING", "the caching allocator is off: every allocation calls cudaMalloc")
+    if env.get("TORCH_DISTRIBUTED_DEBUG", "").strip().upper() == "DETAIL":
+        found.append(EnvFinding("TORCH_DISTRIBUTED_DEBUG", env["TORCH_DISTRIBUTED_DEBUG"],
+                                "adds a consistency-check collective before every collective", "unset TORCH_DISTRIBUTED_DEBUG"))
+    if "OMP_NUM_THREADS" not in env and ranks > 1 and cores_per_rank and cores_per_rank >= OMP_WARN_CORES_PER_RANK:
+        threads = int(cores_per_rank)
+        found.append(EnvFinding("OMP_NUM_THREADS", None,
+                                f"unset, so torchrun sets it to 1 for each of the {ranks} ranks: CPU-side torch work "
+                                f"uses 1 of the {threads} cores each rank has",
+                                f"export OMP_NUM_THREADS={threads}"))
+    return found
+
+
+def judge_environment(env: Mapping[str, str], *, ranks: int, cores_per_rank: float | None) -> Verdict:
+    """WARN for variables left set that slow or break a job, each with why."""
+    relevant = {k: v for k, v in sorted(env.items()) if k.startswith(("NCCL_", "TORCH_NCCL_", "CUDA_LAUNCH", "OMP_"))}
+    evidence = {"environment": "\n".join(f"{k}={v}" for k, v in relevant.items()) or "no NCCL_/OMP_ variables set"}
+    findings = env_findings(env, ranks=ranks, cores_per_rank=cores_per_rank)
+    if not findings:
+        return passed("no environment variables that slow or break a job", evidence=evidence)
+    described = "; ".join(
+        f"{f.variable}{'=' + f.value if f.value is not None else ''}: {f.why}" for f in findings
+    )
+    return warn("ENV_HYGIENE", described, "; ".join(dict.fromkeys(f.fix for f in findings)),
+                evidence=evidence, details={"variables": [f.variable for f in findings]})
+
+
+def pcie_evidence(facts: PcieFacts) -> dict[str, str]:
+    """Evidence a peer-to-peer check attaches to its FAIL: kernel IOMMU parameters and ACSCtl lines."""
+    params = " ".join(f"{k}={v}" for k, v in facts.kernel_parameters.items()) or "none"
+    evidence = {"iommu": f"mode {facts.iommu_mode}; IOMMU kernel parameters: {params}; "
+                         f"IOMMU groups: {'unreadable' if facts.iommu_groups is None else facts.iommu_groups}"}
+    if facts.lspci_excerpt:
+        evidence["lspci ACSCtl"] = facts.lspci_excerpt
+    elif facts.lspci_problem:
+        evidence["lspci ACSCtl"] = facts.lspci_problem
+    return evidence
+
+
+def judge_pcie_evidence(facts: PcieFacts) -> Verdict:
+    """Report IOMMU mode and ACS redirect as evidence; the P2P checks decide whether they hurt."""
+    if facts.cmdline is None and facts.acs is None and facts.iommu_groups is None:
+        return skip(f"no IOMMU or ACS information readable here ({facts.lspci_problem or 'no /proc/cmdline'})")
+    parts = [f"IOMMU {facts.iommu_mode}"]
+    if facts.iommu_groups is not None:
+        parts.append(f"{facts.iommu_groups} IOMMU groups")
+    if "pci" in facts.kernel_parameters:
+        parts.append(f"pci={facts.kernel_parameters['pci']}")
+    if facts.acs is not None and facts.acs.controls:
+        parts.append(f"ACS redirect enabled on {len(facts.acs.redirecting)} of {len(facts.acs.controls)} "
+                     "ACS-capable devices")
+    elif facts.acs is not None:
+        parts.append(f"no ACS control reported by lspci ({facts.acs.devices} devices)")
+    if facts.lspci_problem:
+        parts.append(facts.lspci_problem)
+    evidence = {"kernel command line": facts.cmdline or "unreadable", **pcie_evidence(facts)}
+    risky = facts.iommu_mode == "translated" or bool(facts.acs and facts.acs.redirecting)
+    return passed("; ".join(parts), evidence=evidence, details={"p2p_risk": risky, "iommu_mode": facts.iommu_mode})

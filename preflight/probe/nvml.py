@@ -1,0 +1,489 @@
+"""The NVML calls preflight needs, behind a small Protocol.
+
+``NvmlBackend`` lists exactly the NVML queries preflight makes (per GPU, per NVLink, per GPU
+pair). ``PynvmlBackend`` answers them through ``nvidia-ml-py`` (module ``pynvml``); the tests
+answer them with ``tests/fakes/nvml.py``, which drives this same class over a fake library so
+the error mapping below is exercised on CPU-only machines.
+
+Rules every implementation follows:
+
+- GPUs are addressed by NVML index (PCI bus order, what ``nvidia-smi`` shows), never by CUDA
+  ordinal; joins with CUDA go through UUID or PCI bus id.
+- "Not supported on this GPU" (``NVML_ERROR_NOT_SUPPORTED``) and "this driver lacks the
+  function" (``NVML_ERROR_FUNCTION_NOT_FOUND``) are the value :data:`NOT_SUPPORTED`, never an
+  exception; a per-GPU query refused for lack of permission is :data:`NO_PERMISSION`. Any other
+  NVML error raises :class:`NvmlQueryError` naming the call.
+- NVML is initialised lazily, once, under a lock. When it cannot start, every query raises the
+  same :class:`NvmlUnavailableError`, whose message names the likely cause.
+"""
+
+from __future__ import annotations
+
+import atexit
+import enum
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar, runtime_checkable
+
+T = TypeVar("T")
+
+
+class Absent(enum.Enum):
+    """Why a fact has no value: the GPU/driver cannot report it, or the query failed."""
+
+    NOT_SUPPORTED = "not supported"
+    NO_PERMISSION = "no permission"  # e.g. process lists of a MIG GPU for a non-root user
+    QUERY_FAILED = "query failed"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+NOT_SUPPORTED = Absent.NOT_SUPPORTED
+NO_PERMISSION = Absent.NO_PERMISSION
+QUERY_FAILED = Absent.QUERY_FAILED
+
+# pynvml spells ``NVML_P2P_CAPS_INDEX_READ = 0,`` (a tuple, trailing comma), which ctypes rejects,
+# so the two capability indices preflight uses are restated here as plain ints.
+P2P_CAPS_READ = 0
+P2P_CAPS_NVLINK = 2
+
+P2P_STATUS_NAMES = {
+    0: "OK",
+    1: "CHIPSET_NOT_SUPPORTED",
+    2: "GPU_NOT_SUPPORTED",
+    3: "IOH_TOPOLOGY_NOT_SUPPORTED",
+    4: "DISABLED_BY_REGKEY",
+    5: "NOT_SUPPORTED",
+    6: "UNKNOWN",
+}
+
+# nvmlDeviceGetTopologyCommonAncestor levels and their ``nvidia-smi topo -m`` spelling.
+TOPOLOGY_LEVEL_NAMES = {0: "INTERNAL", 10: "SINGLE", 20: "MULTIPLE", 30: "HOSTBRIDGE", 40: "NODE", 50: "SYSTEM"}
+TOPOLOGY_LEVEL_SMI = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
+
+NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in nvidia-ml-py 13.x; the loop bound for per-link queries
+
+# NVML_ERROR_* codes this module treats specially (values from nvml.h, stable across releases).
+_ERR_NOT_SUPPORTED = 3
+_ERR_NO_PERMISSION = 4
+_ERR_DRIVER_NOT_LOADED = 9
+_ERR_LIBRARY_NOT_FOUND = 12
+_ERR_FUNCTION_NOT_FOUND = 13
+_ERR_GPU_IS_LOST = 15
+_ERR_LIB_RM_VERSION_MISMATCH = 18
+_ERR_INVALID_ARGUMENT = 2
+_ERR_NOT_FOUND = 6
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryInfo:
+    """Framebuffer memory in bytes (``nvidia-smi --query-gpu=memory.total,memory.used``)."""
+
+    total: int
+    used: int
+
+
+@dataclass(frozen=True, slots=True)
+class RemappedRows:
+    """Row remapping state (Ampere+): ``pending`` needs a GPU reset, ``failed`` means RMA."""
+
+    corrected: int
+    uncorrected: int
+    pending: bool
+    failed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class GpuProcess:
+    """A compute process holding memory on a GPU. ``pid`` is a host pid (NVML ignores pid namespaces)."""
+
+    pid: int
+    used_memory: int | None  # bytes; None when NVML cannot tell
+
+
+class NvmlUnavailableError(RuntimeError):
+    """NVML could not start. ``code`` is stable for verdicts; ``cause`` says what is likely wrong."""
+
+    def __init__(self, code: str, cause: str, remediation: str, nvml_error: str = "") -> None:
+        self.code = code
+        self.cause = cause
+        self.remediation = remediation
+        self.nvml_error = nvml_error
+        super().__init__(f"NVML unavailable: {cause}" + (f" ({nvml_error})" if nvml_error else ""))
+
+
+class NvmlQueryError(RuntimeError):
+    """An NVML query failed for a reason other than "not supported" (GPU lost, permission, ...)."""
+
+    def __init__(self, call: str, nvml_error: str, code: int | None) -> None:
+        self.call = call
+        self.nvml_error = nvml_error
+        self.code = code
+        super().__init__(f"{call}: {nvml_error}")
+
+    @property
+    def gpu_lost(self) -> bool:
+        """True for NVML_ERROR_GPU_IS_LOST (the GPU fell off the bus, usually XID 79)."""
+        return self.code == _ERR_GPU_IS_LOST
+
+
+@runtime_checkable
+class NvmlBackend(Protocol):
+    """Exactly the NVML queries preflight makes. Indices are NVML indices (PCI bus order)."""
+
+    label: str  # "pynvml" for the real library, "fake:<profile>" for the test fakes
+
+    def device_count(self) -> int: ...
+    def driver_version(self) -> str: ...
+    def cuda_driver_version(self) -> int | Absent: ...  # e.g. 12040 for CUDA 12.4
+    def name(self, index: int) -> str: ...
+    def uuid(self, index: int) -> str: ...
+    def pci_bus_id(self, index: int) -> str: ...  # e.g. "00000000:18:00.0"
+    def memory(self, index: int) -> MemoryInfo: ...
+    def compute_capability(self, index: int) -> tuple[int, int] | Absent: ...
+    def persistence_mode(self, index: int) -> bool | Absent: ...
+    def mig_mode(self, index: int) -> tuple[bool, bool] | Absent: ...  # (current, pending)
+    def mig_device_uuids(self, index: int) -> tuple[str, ...] | Absent: ...
+    def ecc_mode(self, index: int) -> tuple[bool, bool] | Absent: ...  # (current, pending)
+    def ecc_uncorrected(self, index: int, aggregate: bool) -> int | Absent: ...
+    def retired_pages(self, index: int, double_bit: bool) -> int | Absent: ...
+    def retired_pages_pending(self, index: int) -> bool | Absent: ...
+    def remapped_rows(self, index: int) -> RemappedRows | Absent: ...
+    def pcie_link(self, index: int, current: bool) -> tuple[int, int] | Absent: ...  # (gen, width)
+    def clock_event_reasons(self, index: int) -> int | Absent: ...  # bitmask
+    def temperature(self, index: int) -> int | Absent: ...  # Celsius
+    def compute_processes(self, index: int) -> tuple[GpuProcess, ...] | Absent: ...
+    def nvlink_state(self, index: int, link: int) -> bool | Absent: ...
+    def nvlink_version(self, index: int, link: int) -> int | Absent: ...
+    def p2p_status(self, index_a: int, index_b: int, caps: int) -> int | Absent: ...
+    def common_ancestor(self, index_a: int, index_b: int) -> int | Absent: ...
+
+
+_INIT_CAUSES: dict[int, tuple[str, str, str]] = {
+    _ERR_LIBRARY_NOT_FOUND: (
+        "NVML_LIBRARY_NOT_FOUND",
+        "libnvidia-ml.so.1 not found: no NVIDIA driver on this machine, or a container started "
+        "without the NVIDIA runtime",
+        "Install the NVIDIA driver, or start the container with GPUs (docker run --gpus all, "
+        "or the nvidia-container-toolkit runtime).",
+    ),
+    _ERR_DRIVER_NOT_LOADED: (
+        "NVML_DRIVER_NOT_LOADED",
+        "the NVIDIA kernel driver is not loaded",
+        "Load it with `sudo modprobe nvidia` and read `sudo dmesg | grep -i -e nvrm -e nvidia` "
+        "(Secure Boot rejecting an unsigned module is a common cause).",
+    ),
+    _ERR_LIB_RM_VERSION_MISMATCH: (
+        "NVML_DRIVER_LIBRARY_MISMATCH",
+        "the driver library and the loaded kernel module are different versions (driver "
+        "upgraded without a reboot)",
+        "Reboot the machine, or stop every GPU process and reload the modules "
+        "(`sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia`).",
+    ),
+    _ERR_NO_PERMISSION: (
+        "NVML_NO_PERMISSION",
+        "no permission to open the GPU device files (/dev/nvidia*)",
+        "Run as a user allowed to open /dev/nvidia* (often the `video` group), or give the "
+        "container the GPU devices.",
+    ),
+}
+
+
+def explain_init_error(code: int | None, text: str) -> NvmlUnavailableError:
+    """The :class:`NvmlUnavailableError` for an ``nvmlInit`` failure with NVML error ``code``."""
+    known = _INIT_CAUSES.get(code) if code is not None else None
+    if known is None:
+        return NvmlUnavailableError(
+            "NVML_INIT_FAILED",
+            f"nvmlInit failed with NVML error {code}",
+            "Run `nvidia-smi`; if it fails too, the driver installation is broken.",
+            text,
+        )
+    return NvmlUnavailableError(*known, nvml_error=text)
+
+
+def _error_code(exc: BaseException) -> int | None:
+    value = getattr(exc, "value", None)
+    return value if isinstance(value, int) else None
+
+
+def _text(value: Any) -> str:
+    """Very old nvidia-ml-py wheels return bytes for strings."""
+    return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+
+
+class PynvmlBackend:
+    """``NvmlBackend`` over ``nvidia-ml-py``. ``library`` defaults to the ``pynvml`` module."""
+
+    label = "pynvml"
+
+    def __init__(self, library: Any = None) -> None:
+        self._library = library
+        self._lock = threading.Lock()
+        self._ready = False
+        self._init_error: NvmlUnavailableError | None = None
+        self._handles: dict[int, Any] = {}
+        self._exit_hook = False
+
+    # -- initialisation -------------------------------------------------------------------------
+
+    def _lib(self) -> Any:
+        """The library, initialised exactly once (thread-safe); raises the cached init error."""
+        if self._ready:
+            return self._library
+        with self._lock:
+            if self._init_error is not None:
+                raise self._init_error
+            if not self._ready:
+                self._start()
+        if self._init_error is not None:
+            raise self._init_error
+        return self._library
+
+    def _start(self) -> None:
+        if self._library is None:
+            try:
+                import pynvml
+            except ImportError as exc:
+                self._init_error = NvmlUnavailableError(
+                    "NVML_BINDINGS_MISSING",
+                    "the nvidia-ml-py package (module pynvml) is not installed",
+                    "pip install nvidia-ml-py",
+                    str(exc),
+                )
+                return
+            self._library = pynvml
+        try:
+            self._library.nvmlInit()
+        except self._library.NVMLError as exc:
+            self._init_error = explain_init_error(_error_code(exc), str(exc))
+            return
+        self._ready = True
+        if not self._exit_hook:
+            atexit.register(self.shutdown)
+            self._exit_hook = True
+
+    def shutdown(self) -> None:
+        """Release NVML (registered with ``atexit``); later queries initialise it again."""
+        with self._lock:
+            if not self._ready:
+                return
+            self._ready = False
+            self._handles.clear()
+            try:
+                self._library.nvmlShutdown()
+            except self._library.NVMLError:
+                pass
+
+    # -- plumbing -------------------------------------------------------------------------------
+
+    def _call(self, function: str, *args: Any) -> Any:
+        """Call ``pynvml.<function>(*args)``; NVML errors become :class:`NvmlQueryError`."""
+        lib = self._lib()
+        call = getattr(lib, function, None)
+        if call is None:
+            raise NvmlQueryError(function, "not in this nvidia-ml-py", _ERR_FUNCTION_NOT_FOUND)
+        # Unversioned process queries raise NVMLLibraryMismatchError (not an NVMLError) on old drivers.
+        mismatch = getattr(lib, "NVMLLibraryMismatchError", lib.NVMLError)
+        try:
+            return call(*args)
+        except lib.NVMLError as exc:
+            raise NvmlQueryError(function, str(exc), _error_code(exc)) from exc
+        except mismatch as exc:
+            raise NvmlQueryError(function, str(exc), _ERR_FUNCTION_NOT_FOUND) from exc
+
+    def _query(self, function: str, *args: Any, absent_codes: tuple[int, ...] = ()) -> Any:
+        """Like :meth:`_call`, but "not supported" (and ``absent_codes``) give NOT_SUPPORTED."""
+        try:
+            return self._call(function, *args)
+        except NvmlQueryError as exc:
+            if exc.code in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND, *absent_codes):
+                return NOT_SUPPORTED
+            if exc.code == _ERR_NO_PERMISSION:
+                return NO_PERMISSION
+            raise
+
+    def _handle(self, index: int) -> Any:
+        handle = self._handles.get(index)
+        if handle is None:
+            handle = self._call("nvmlDeviceGetHandleByIndex", index)
+            self._handles[index] = handle
+        return handle
+
+    @staticmethod
+    def _map(value: Any, convert: Callable[[Any], T]) -> T | Absent:
+        return value if isinstance(value, Absent) else convert(value)
+
+    # -- system ---------------------------------------------------------------------------------
+
+    def device_count(self) -> int:
+        """Number of GPUs NVML sees (``nvidia-smi -L | wc -l``)."""
+        return int(self._call("nvmlDeviceGetCount"))
+
+    def driver_version(self) -> str:
+        """Kernel driver version, e.g. ``"550.54.15"`` (``nvidia-smi --query-gpu=driver_version``)."""
+        return _text(self._call("nvmlSystemGetDriverVersion"))
+
+    def cuda_driver_version(self) -> int | Absent:
+        """Newest CUDA the driver supports as ``1000*major + 10*minor`` (``CUDA Version`` in nvidia-smi)."""
+        return self._map(self._query("nvmlSystemGetCudaDriverVersion"), int)
+
+    # -- identity and memory --------------------------------------------------------------------
+
+    def name(self, index: int) -> str:
+        """Product name, e.g. ``"NVIDIA H100 80GB HBM3"``."""
+        return _text(self._call("nvmlDeviceGetName", self._handle(index)))
+
+    def uuid(self, index: int) -> str:
+        """``GPU-xxxxxxxx-...`` as ``nvidia-smi -L`` prints it."""
+        return _text(self._call("nvmlDeviceGetUUID", self._handle(index)))
+
+    def pci_bus_id(self, index: int) -> str:
+        """PCI bus id with 8-digit domain, e.g. ``"00000000:18:00.0"``."""
+        return _text(self._call("nvmlDeviceGetPciInfo", self._handle(index)).busId)
+
+    def memory(self, index: int) -> MemoryInfo:
+        """Framebuffer total/used in bytes."""
+        info = self._call("nvmlDeviceGetMemoryInfo", self._handle(index))
+        return MemoryInfo(total=int(info.total), used=int(info.used))
+
+    def compute_capability(self, index: int) -> tuple[int, int] | Absent:
+        """(major, minor), e.g. (9, 0) for H100."""
+        value = self._query("nvmlDeviceGetCudaComputeCapability", self._handle(index))
+        return self._map(value, lambda cc: (int(cc[0]), int(cc[1])))
+
+    # -- modes ----------------------------------------------------------------------------------
+
+    def persistence_mode(self, index: int) -> bool | Absent:
+        """``nvidia-smi --query-gpu=persistence_mode``."""
+        return self._map(self._query("nvmlDeviceGetPersistenceMode", self._handle(index)), bool)
+
+    def mig_mode(self, index: int) -> tuple[bool, bool] | Absent:
+        """(current, pending) MIG mode (``nvidia-smi --query-gpu=mig.mode.current,mig.mode.pending``)."""
+        value = self._query("nvmlDeviceGetMigMode", self._handle(index))
+        return self._map(value, lambda mode: (bool(mode[0]), bool(mode[1])))
+
+    def mig_device_uuids(self, index: int) -> tuple[str, ...] | Absent:
+        """UUIDs (``MIG-...``) of the MIG devices configured on a MIG-enabled GPU."""
+        handle = self._handle(index)
+        slots = self._query("nvmlDeviceGetMaxMigDeviceCount", handle)
+        if isinstance(slots, Absent):
+            return slots
+        uuids: list[str] = []
+        for slot in range(int(slots)):
+            mig = self._query(
+                "nvmlDeviceGetMigDeviceHandleByIndex", handle, slot, absent_codes=(_ERR_INVALID_ARGUMENT, _ERR_NOT_FOUND)
+            )
+            if not isinstance(mig, Absent):
+                uuids.append(_text(self._call("nvmlDeviceGetUUID", mig)))
+        return tuple(uuids)
+
+    def ecc_mode(self, index: int) -> tuple[bool, bool] | Absent:
+        """(current, pending) ECC mode; NOT_SUPPORTED on most GeForce and workstation parts."""
+        value = self._query("nvmlDeviceGetEccMode", self._handle(index))
+        return self._map(value, lambda mode: (bool(mode[0]), bool(mode[1])))
+
+    # -- memory health --------------------------------------------------------------------------
+
+    def ecc_uncorrected(self, index: int, aggregate: bool) -> int | Absent:
+        """Uncorrectable ECC errors since driver load (volatile) or over the GPU's life (aggregate)."""
+        counter = 1 if aggregate else 0  # NVML_AGGREGATE_ECC / NVML_VOLATILE_ECC
+        value = self._query("nvmlDeviceGetTotalEccErrors", self._handle(index), 1, counter)  # 1 = UNCORRECTED
+        return self._map(value, int)
+
+    def retired_pages(self, index: int, double_bit: bool) -> int | Absent:
+        """Pages retired for double-bit errors or for repeated single-bit errors (pre-Ampere)."""
+        cause = 1 if double_bit else 0  # NVML_PAGE_RETIREMENT_CAUSE_{DOUBLE_BIT_ECC_ERROR,MULTIPLE_SINGLE_BIT}
+        return self._map(self._query("nvmlDeviceGetRetiredPages", self._handle(index), cause), len)
+
+    def retired_pages_pending(self, index: int) -> bool | Absent:
+        """True when a retirement waits for the next driver reload (``Pending Page Blacklist``)."""
+        return self._map(self._query("nvmlDeviceGetRetiredPagesPendingStatus", self._handle(index)), bool)
+
+    def remapped_rows(self, index: int) -> RemappedRows | Absent:
+        """Row remapping counters (A100 and newer; NOT_SUPPORTED before Ampere)."""
+        value = self._query("nvmlDeviceGetRemappedRows", self._handle(index))
+        return self._map(
+            value, lambda rows: RemappedRows(int(rows[0]), int(rows[1]), bool(rows[2]), bool(rows[3]))
+        )
+
+    # -- link, clocks, temperature, processes ---------------------------------------------------
+
+    def pcie_link(self, index: int, current: bool) -> tuple[int, int] | Absent:
+        """(generation, width) now, or the most the GPU and its slot allow together."""
+        handle = self._handle(index)
+        which = "Curr" if current else "Max"
+        gen = self._query(f"nvmlDeviceGet{which}PcieLinkGeneration", handle)
+        width = self._query(f"nvmlDeviceGet{which}PcieLinkWidth", handle)
+        if isinstance(gen, Absent) or isinstance(width, Absent):
+            return NOT_SUPPORTED
+        return (int(gen), int(width))
+
+    def clock_event_reasons(self, index: int) -> int | Absent:
+        """Bitmask of ``nvmlClocksEventReason*`` (the pre-535 name was "throttle reasons")."""
+        handle = self._handle(index)
+        value = self._query("nvmlDeviceGetCurrentClocksEventReasons", handle)
+        if isinstance(value, Absent):
+            value = self._query("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
+        return self._map(value, int)
+
+    def temperature(self, index: int) -> int | Absent:
+        """GPU core temperature in Celsius."""
+        return self._map(self._query("nvmlDeviceGetTemperature", self._handle(index), 0), int)
+
+    def compute_processes(self, index: int) -> tuple[GpuProcess, ...] | Absent:
+        """Compute processes with a context on the GPU (``nvidia-smi --query-compute-apps``)."""
+        handle = self._handle(index)
+        value = self._query("nvmlDeviceGetComputeRunningProcesses", handle)
+        if value is NOT_SUPPORTED:  # drivers before the v3 struct answer the v2 call
+            value = self._query("nvmlDeviceGetComputeRunningProcesses_v2", handle)
+        return self._map(
+            value,
+            lambda procs: tuple(
+                GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs
+            ),
+        )
+
+    # -- NVLink and pairs -----------------------------------------------------------------------
+
+    def nvlink_state(self, index: int, link: int) -> bool | Absent:
+        """Whether NVLink ``link`` is active; NOT_SUPPORTED when the GPU has no such link."""
+        value = self._query("nvmlDeviceGetNvLinkState", self._handle(index), link, absent_codes=(_ERR_INVALID_ARGUMENT,))
+        return self._map(value, bool)
+
+    def nvlink_version(self, index: int, link: int) -> int | Absent:
+        """``NVML_NVLINK_VERSION_*`` of ``link`` (4 = 3.0 on A100, 6 = 4.0 on H100)."""
+        value = self._query("nvmlDeviceGetNvLinkVersion", self._handle(index), link, absent_codes=(_ERR_INVALID_ARGUMENT,))
+        return self._map(value, int)
+
+    def p2p_status(self, index_a: int, index_b: int, caps: int) -> int | Absent:
+        """``NVML_P2P_STATUS_*`` for capability ``caps`` (:data:`P2P_CAPS_READ` or :data:`P2P_CAPS_NVLINK`)."""
+        value = self._query("nvmlDeviceGetP2PStatus", self._handle(index_a), self._handle(index_b), int(caps))
+        return self._map(value, int)
+
+    def common_ancestor(self, index_a: int, index_b: int) -> int | Absent:
+        """Deepest common PCIe ancestor (``NVML_TOPOLOGY_*``); says nothing about NVLink."""
+        value = self._query("nvmlDeviceGetTopologyCommonAncestor", self._handle(index_a), self._handle(index_b))
+        return self._map(value, int)
+
+
+@dataclass(frozen=True, slots=True)
+class NvLink:
+    """One NVLink of a GPU: its number, whether it is up, and its NVML version code."""
+
+    link: int
+    active: bool
+    version: int | Absent
+
+
+def read_nvlinks(backend: NvmlBackend, index: int) -> tuple[NvLink, ...]:
+    """Every NVLink the GPU has (up or down), probing links 0..NVML_NVLINK_MAX_LINKS-1."""
+    links: list[NvLink] = []
+    for link in range(NVLINK_MAX_LINKS):
+        state = backend.nvlink_state(index, link)
+        if isinstance(state, Absent):
+            continue
+        links.append(NvLink(link, state, backend.nvlink_version(index, link)))
+    return tuple(links)

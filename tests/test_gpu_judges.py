@@ -1,0 +1,239 @@
+"""Per-GPU judges and the NVML/model judges: healthy machines pass, each fault names its GPU."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from preflight.judge.gpus import (
+    judge_ecc,
+    judge_gpu_busy,
+    judge_gpu_models,
+    judge_gpu_responds,
+    judge_memory_repairs,
+    judge_mig,
+    judge_nvml,
+    judge_pcie_link,
+    judge_persistence,
+    judge_throttling,
+    no_gpu_reason,
+)
+from preflight.outcome import Status, Verdict
+from preflight.probe.gpus import MIB, GpuInfo, Inventory, gather_inventory
+from preflight.probe.nvml import NOT_SUPPORTED, GpuProcess
+from tests.fakes.nvml import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, FakeNvml
+from tests.fakes.nvml_profiles import HEALTHY_PROFILES
+
+PER_GPU: list[Callable[[GpuInfo], Verdict]] = [
+    judge_gpu_responds,
+    judge_gpu_busy,
+    judge_ecc,
+    judge_memory_repairs,
+    judge_mig,
+    judge_persistence,
+    judge_throttling,
+    judge_pcie_link,
+]
+QUIET = {Status.PASS, Status.SKIP}
+
+
+def inventory(profile: str, **faults: Any) -> Inventory:
+    return gather_inventory(FakeNvml.from_profile(profile, **faults))
+
+
+@pytest.mark.parametrize("profile", HEALTHY_PROFILES)
+@pytest.mark.parametrize("judge", PER_GPU, ids=lambda j: j.__name__)
+def test_healthy_machines_pass_every_per_gpu_judge(profile: str, judge: Callable[[GpuInfo], Verdict]) -> None:
+    for gpu in inventory(profile).gpus:
+        verdict = judge(gpu)
+        assert verdict.status in QUIET, verdict.summary
+
+
+@pytest.mark.parametrize("profile", HEALTHY_PROFILES)
+def test_healthy_machines_pass_the_node_judges(profile: str) -> None:
+    found = inventory(profile)
+    assert judge_nvml(found, expect_gpus=len(found.gpus)).status is Status.PASS
+    assert judge_gpu_models(found.gpus).status is Status.PASS
+    assert no_gpu_reason(found) is None
+
+
+FAULTS = [
+    ("8x-h100-sxm", {"ecc_volatile": {3: 2}}, judge_ecc, 3, Status.FAIL, "GPU_ECC_UNCORRECTABLE"),
+    ("8x-a100-sxm", {"ecc_aggregate": {1: 1}}, judge_ecc, 1, Status.WARN, "GPU_ECC_HISTORY"),
+    ("8x-h100-sxm", {"remap_pending": {6}}, judge_memory_repairs, 6, Status.FAIL, "GPU_ROW_REMAP_PENDING"),
+    ("8x-a100-sxm", {"remap_failed": {2}}, judge_memory_repairs, 2, Status.FAIL, "GPU_ROW_REMAP_FAILED"),
+    ("8x-v100-sxm2", {"retired_pending": {4}, "retired_pages": {4: 3}}, judge_memory_repairs, 4, Status.FAIL, "GPU_RETIRED_PAGES_PENDING"),
+    ("8x-a100-sxm", {"mig_enabled": {5}}, judge_mig, 5, Status.WARN, "GPU_MIG_ENABLED"),
+    ("8x-l40s", {"persistence_off": {0}}, judge_persistence, 0, Status.WARN, "GPU_PERSISTENCE_OFF"),
+    ("8x-h100-sxm", {"clock_reasons": {7: HW_THERMAL_SLOWDOWN}}, judge_throttling, 7, Status.WARN, "GPU_THROTTLED_AT_IDLE"),
+    ("1x-a10g", {"clock_reasons": {0: SW_POWER_CAP}}, judge_throttling, 0, Status.WARN, "GPU_THROTTLED_AT_IDLE"),
+    ("8x-h100-sxm", {"processes": {1: ((4242, 30000),)}}, judge_gpu_busy, 1, Status.FAIL, "GPU_IN_USE"),
+    ("4x-a100-pcie-bridged", {"processes": {2: ((777, 600), (778, 50))}}, judge_gpu_busy, 2, Status.WARN, "GPU_IN_USE"),
+    ("1x-a10g", {"memory_used_mib": {0: 20000}}, judge_gpu_busy, 0, Status.FAIL, "GPU_MEMORY_IN_USE_UNSEEN"),
+    ("8x-h100-sxm", {"memory_used_mib": {4: 6000}}, judge_gpu_busy, 4, Status.WARN, "GPU_MEMORY_IN_USE_UNSEEN"),
+    ("8x-h100-sxm", {"gpu_lost": {3}}, judge_gpu_responds, 3, Status.FAIL, "GPU_LOST"),
+]
+
+
+@pytest.mark.parametrize(
+    ("profile", "faults", "judge", "bad", "status", "code"), FAULTS, ids=[f"{f[5]}-{f[0]}" for f in FAULTS]
+)
+def test_each_fault_names_its_gpu(
+    profile: str, faults: dict[str, Any], judge: Callable[[GpuInfo], Verdict], bad: int, status: Status, code: str
+) -> None:
+    gpus = inventory(profile, **faults).gpus
+    verdict = judge(gpus[bad])
+    assert (verdict.status, verdict.code) == (status, code), verdict.summary
+    assert f"GPU {bad}" in verdict.summary
+    assert verdict.remediation
+    others = [judge(gpu) for gpu in gpus if gpu.index != bad]
+    assert all(other.status in QUIET for other in others)
+
+
+def test_busy_gpu_lists_pid_and_memory() -> None:
+    gpu = inventory("8x-h100-sxm", processes={1: ((4242, 30000),)}).gpus[1]
+    summary = judge_gpu_busy(gpu).summary
+    assert "pid 4242 (30,000 MiB)" in summary and "00000000:2A:00.0" in summary
+
+
+def test_own_processes_do_not_count() -> None:
+    gpu = inventory("1x-a10g", processes={0: ((os.getpid(), 500),)}).gpus[0]
+    assert judge_gpu_busy(gpu, own_pids={os.getpid()}).status is Status.PASS
+
+
+def test_idle_pcie_downshift_is_never_judged() -> None:
+    for gpu in inventory("4x-a100-pcie-bridged").gpus:
+        assert gpu.pcie_current == (1, 16) and gpu.pcie_max == (4, 16)
+        verdict = judge_pcie_link(gpu)
+        assert verdict.status is Status.SKIP and "only under load" in verdict.summary
+
+
+def test_pcie_link_below_max_under_load_warns() -> None:
+    gpus = gather_inventory(FakeNvml.from_profile("8x-l40s", under_load=True, pcie_current={2: (4, 8)})).gpus
+    verdicts = [judge_pcie_link(gpu, under_load=gpu.pcie_current) for gpu in gpus]  # type: ignore[arg-type]
+    assert [v.code for v in verdicts] == [None, None, "GPU_PCIE_LINK_DEGRADED"] + [None] * 5
+    assert "Gen4 x8" in verdicts[2].summary and "GPU 2" in verdicts[2].summary
+
+
+def test_ecc_off_is_skipped_not_passed() -> None:
+    gpus = inventory("2x-mixed-a6000-h100").gpus
+    assert judge_ecc(gpus[0]).status is Status.SKIP
+
+
+def test_failed_query_is_an_error_naming_the_gpu() -> None:
+    gpu = dataclasses.replace(inventory("1x-a10g").gpus[0], query_errors={"persistence_mode": "boom"})
+    verdict = judge_persistence(gpu)
+    assert verdict.status is Status.ERROR and "GPU 0" in verdict.summary
+
+
+def test_mixed_models_warn() -> None:
+    verdict = judge_gpu_models(inventory("2x-mixed-a6000-h100").gpus)
+    assert (verdict.status, verdict.code) == (Status.WARN, "MIXED_GPUS")
+    assert "Fake NVIDIA RTX A6000" in verdict.summary and "Fake NVIDIA H100 PCIe" in verdict.summary
+
+
+def test_mig_node_warns_only_on_mig_gpus() -> None:
+    codes = [judge_mig(gpu).code for gpu in inventory("4x-a100-sxm-mixed-mig").gpus]
+    assert codes == ["GPU_MIG_ENABLED", "GPU_MIG_ENABLED", None, None]
+
+
+# -- NVML availability ------------------------------------------------------------------------------
+
+
+def test_no_library_is_a_skip_when_no_gpu_is_expected() -> None:
+    found = inventory("8x-h100-sxm", init_error="LIBRARY_NOT_FOUND")
+    verdict = judge_nvml(found, expect_gpus=None)
+    assert verdict.status is Status.SKIP and verdict.summary.startswith("no NVIDIA GPU visible: libnvidia-ml.so.1")
+    assert no_gpu_reason(found) == verdict.summary
+
+
+def test_no_library_fails_when_gpus_are_expected() -> None:
+    verdict = judge_nvml(inventory("8x-h100-sxm", init_error="LIBRARY_NOT_FOUND"), expect_gpus=8)
+    assert (verdict.status, verdict.code) == (Status.FAIL, "NVML_LIBRARY_NOT_FOUND")
+    assert "expected 8 GPUs" in verdict.summary
+
+
+@pytest.mark.parametrize(
+    ("name", "code"),
+    [("DRIVER_NOT_LOADED", "NVML_DRIVER_NOT_LOADED"), ("LIB_RM_VERSION_MISMATCH", "NVML_DRIVER_LIBRARY_MISMATCH"), ("NO_PERMISSION", "NVML_NO_PERMISSION")],
+)
+def test_a_broken_driver_fails(name: str, code: str) -> None:
+    verdict = judge_nvml(inventory("8x-h100-sxm", init_error=name), expect_gpus=None)
+    assert (verdict.status, verdict.code) == (Status.FAIL, code)
+
+
+def test_driver_without_gpus_fails() -> None:
+    verdict = judge_nvml(inventory("1x-a10g", absent_gpus={0}), expect_gpus=None)
+    assert (verdict.status, verdict.code) == (Status.FAIL, "NO_GPU")
+
+
+# -- real captures: the known false-positive traps ---------------------------------------------------
+
+
+def smi_q_link(text: str) -> tuple[tuple[int, int], tuple[int, int], list[str]]:
+    """PCIe (gen, width) current and max, and the active clock reasons, from ``nvidia-smi -q``."""
+    gens = re.search(r"PCIe Generation\s+Max\s+:\s+(\d+)\s+Current\s+:\s+(\d+)", text)
+    widths = re.search(r"Link Width\s+Max\s+:\s+(\d+)x\s+Current\s+:\s+(\d+)x", text)
+    assert gens and widths, "capture lacks a PCIe link block"
+    block = re.search(r"Clocks (?:Throttle|Event) Reasons\n((?:\s{8,}.*\n)+)", text)
+    assert block, "capture lacks a clock reasons block"
+    active = [line.split(":")[0].strip() for line in block.group(1).splitlines() if line.strip().endswith(": Active")]
+    return (int(gens[2]), int(widths[2])), (int(gens[1]), int(widths[1])), active
+
+
+REASON_BITS = {"Idle": 0x1, "SW Power Cap": 0x4, "HW Slowdown": 0x8, "HW Thermal Slowdown": 0x40}
+
+
+def test_smi_q_captures_at_idle_raise_no_alarm(shared_fixtures: Path) -> None:
+    captures = sorted((shared_fixtures / "smi_q").glob("*.txt"))
+    assert captures
+    template = inventory("1x-a10g").gpus[0]
+    for capture in captures:
+        current, maximum, active = smi_q_link(capture.read_text())
+        mask = sum(REASON_BITS[name] for name in active)
+        gpu = dataclasses.replace(template, pcie_current=current, pcie_max=maximum, clock_event_reasons=mask)
+        assert judge_pcie_link(gpu).status is Status.SKIP, capture.name
+        assert judge_throttling(gpu).status is Status.PASS, capture.name
+
+
+MEMORY_EXPECTED = {
+    "1xH100-k8s-pod-driver580.105.08-cuda13.0-memory-used-but-no-processes.txt": "GPU_MEMORY_IN_USE_UNSEEN",
+    "2xRTX3090-driver610.43.02-KMD-UMD-header-DispA-On.txt": "GPU_MEMORY_IN_USE_UNSEEN",
+    "2xRTX4090-driver550.107.02-cuda12.4-no-processes-rows.txt": "GPU_MEMORY_IN_USE_UNSEEN",
+}
+
+
+def smi_memory_and_compute_pids(text: str) -> tuple[list[tuple[int, int]], list[int]]:
+    memory = [(int(used), int(total)) for used, total in re.findall(r"(\d+)MiB /\s+(\d+)MiB", text)]
+    pids = [int(pid) for pid in re.findall(r"^.*\|\s+\d+\s+\S+\s+\S+\s+(\d+)\s+C\s", text, flags=re.M)]
+    return memory, pids
+
+
+def test_smi_captures_memory_in_use(shared_fixtures: Path) -> None:
+    captures = sorted((shared_fixtures / "smi").glob("*.txt"))
+    assert captures
+    template = inventory("1x-a10g").gpus[0]
+    for capture in captures:
+        memory, pids = smi_memory_and_compute_pids(capture.read_text())
+        assert not pids, f"{capture.name}: compute processes listed; extend this test"
+        for used, total in memory:
+            gpu = dataclasses.replace(template, memory_total=total * MIB, memory_used=used * MIB, processes=())
+            verdict = judge_gpu_busy(gpu)
+            assert verdict.code == MEMORY_EXPECTED.get(capture.name), f"{capture.name}: {verdict.summary}"
+            assert verdict.status is (Status.PASS if verdict.code is None else Status.FAIL)
+
+
+def test_processes_not_reported_fall_back_on_memory() -> None:
+    gpu = dataclasses.replace(inventory("1x-a10g").gpus[0], processes=NOT_SUPPORTED, memory_used=10_000 * MIB)
+    assert judge_gpu_busy(gpu).code == "GPU_MEMORY_IN_USE_UNSEEN"
+
+
+def test_process_with_unknown_memory_is_still_listed() -> None:
+    gpu = dataclasses.replace(inventory("1x-a10g").gpus[0], processes=(GpuProcess(99, None),), memory_used=100 * MIB)
+    assert "pid 99 (? MiB)" in judge_gpu_busy(gpu).summary
