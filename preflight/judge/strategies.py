@@ -8,13 +8,14 @@ could not be built (the compiler's message is quoted).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from preflight.judge.ddp import judge_launch_failure
 from preflight.launch.torchrun import LaunchResult, RankOutcome
-from preflight.outcome import Metric, Verdict, View, fail, passed
+from preflight.outcome import Metric, Verdict, View, fail, passed, warn
 from preflight.parse.op_build import find_op_build_failure
 from preflight.workers import phases
 
@@ -65,9 +66,23 @@ def rehearsal_pointer(strategy: str | None, selected: Iterable[str]) -> str:
         return ""
     title = TITLES[strategy]
     if strategy in set(selected):
-        return f"{title} is rehearsed in this run by {CHECK_IDS[strategy]} (a few steps and a checkpoint round trip)."
+        what = "one step on every rank" if strategy == "ddp" else "a few steps and a checkpoint round trip"
+        return f"{title} is rehearsed in this run by {CHECK_IDS[strategy]} ({what})."
     needs = " (needs DeepSpeed and GPUs)" if strategy in ZERO_STRATEGIES else ""
     return f"{title} is not rehearsed in this run: add --strategy {strategy}{needs} to run a tiny step with it."
+
+
+def with_rehearsal_pointer(verdict: Verdict, strategy: str | None, selected: Iterable[str]) -> Verdict:
+    """The memory-fit verdict pointing at the rehearsal of its recommended ``strategy``: appended to
+    the remediation of a WARN or FAIL, to the summary otherwise, and kept as evidence."""
+    pointer = rehearsal_pointer(strategy, selected)
+    if not pointer:
+        return verdict
+    if verdict.remediation:
+        changed = dataclasses.replace(verdict, remediation=f"{verdict.remediation} {pointer}")
+    else:
+        changed = dataclasses.replace(verdict, summary=f"{verdict.summary} - {pointer.rstrip('.')}")
+    return changed.with_extra(evidence={"rehearsed strategy": pointer})
 
 
 def _ranks(ranks: Sequence[int]) -> str:
@@ -182,9 +197,9 @@ def judge_strategy(launch: LaunchResult, strategy: str) -> Verdict:
                     f"{title}: {_ranks(list(diverged))} disagree with rank 0 where ranks must agree ({what})",
                     DIVERGED_FIX, views=(table,))
 
-    checkpoint_failure = _judge_checkpoint(results, title, prefix, tolerance)
-    if checkpoint_failure is not None:
-        return checkpoint_failure.with_extra(views=[table])
+    checkpoint_problem = _judge_checkpoint(results, title, prefix, tolerance)
+    if checkpoint_problem is not None:
+        return checkpoint_problem.with_extra(metrics=strategy_metrics(launch, results), views=[table])
 
     first = results[0]
     checkpoint = first.get("checkpoint") or {}
@@ -224,10 +239,12 @@ def _judge_checkpoint(results: Sequence[Mapping[str, Any]], title: str, prefix: 
     unavailable = [i for i, c in enumerate(checkpoints) if not c.get("available")]
     if unavailable:
         reason = checkpoints[unavailable[0]].get("reason") or "the worker reported no checkpoint"
-        fix = NUMPY_FIX if "numpy" in reason else MISMATCH_FIX
-        return fail(f"{prefix}_CHECKPOINT_UNAVAILABLE",
-                    f"{title}: the steps ran but no checkpoint round trip was possible on {_ranks(unavailable)}: "
-                    f"{reason}", fix)
+        summary = (f"{title}: the steps passed but no checkpoint round trip was possible on {_ranks(unavailable)}: "
+                   f"{reason}")
+        if "numpy" in reason:
+            # Only a job that saves with torch.distributed.checkpoint (or uses object collectives) breaks.
+            return warn(f"{prefix}_CHECKPOINT_NEEDS_NUMPY", summary, NUMPY_FIX)
+        return fail(f"{prefix}_CHECKPOINT_UNAVAILABLE", summary, MISMATCH_FIX)
     bad = {}
     for rank, (result, checkpoint) in enumerate(zip(results, checkpoints)):
         problems = []
@@ -259,6 +276,8 @@ def strategy_metrics(launch: LaunchResult, results: Sequence[Mapping[str, Any]])
         metrics.append(Metric("peak_memory", int(result.get("peak_memory_bytes") or 0), "B",
                               {**labels, "kind": str(result.get("memory_kind", ""))}))
     checkpoint = results[0].get("checkpoint") or {}
+    if not checkpoint.get("available"):
+        return metrics
     metrics += [Metric("checkpoint_save_time", round(_max(results, "save_s"), 4), "s"),
                 Metric("checkpoint_load_time", round(_max(results, "load_s"), 4), "s"),
                 Metric("checkpoint_size", int(checkpoint.get("bytes") or 0), "B")]

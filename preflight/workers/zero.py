@@ -176,7 +176,8 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
     return {"strategy": f"zero{args.stage}", "api": f"deepspeed {getattr(deepspeed, '__version__', '?')}",
             "precision": "bf16" if bf16 else "fp32", "config": config,
             **tm.summary(global_losses, step_times), "local_losses": losses, "probe_loss": probe_loss,
-            "param_sha256": digest, "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters()),
+            "param_sha256": digest,
+            "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters()),
             "peak_memory_bytes": peak, "memory_kind": memory_kind, "checkpoint": checkpoint}
 
 
