@@ -41,6 +41,8 @@ version.
         (MISMATCH, OpBuildFailure(None, "Installed CUDA version 12.1 does not match the version torch was compiled "
                                         "with 12.4, unable to compile cuda/cpp extensions without a matching cuda "
                                         "version.")),
+        ("deepspeed.ops.op_builder.builder.MissingCUDAException: CUDA_HOME does not exist, unable to compile CUDA "
+         "op(s)", OpBuildFailure(None, "CUDA_HOME does not exist, unable to compile CUDA op(s)")),
         ("RuntimeError: Ninja is required to load C++ extensions", OpBuildFailure(None, "Ninja is required to load "
                                                                                         "C++ extensions")),
         ("RuntimeError: Error building extension 'fused_adam'",

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 _EXTENSION = re.compile(r"Error building extension '([^']+)'")
 _MISMATCH = re.compile(r"(Installed CUDA version [\d.]+ does not match the version torch was compiled with [\d.]+"
                        r"[^\n]*)")
-_MISSING_CUDA = re.compile(r"(MissingCUDAException[^\n]*|CUDA_HOME does not exist[^\n]*|"
-                           r"cannot find CUDA_HOME[^\n]*)", re.IGNORECASE)
+_MISSING_CUDA = re.compile(r"(CUDA_HOME does not exist, unable to compile CUDA op\(s\)[^\n]*)")
+_MISSING_CUDA_EXCEPTION = re.compile(r"(MissingCUDAException[^\n]*)")
 _NINJA_MISSING = re.compile(r"(Ninja is required to load C\+\+ extensions[^\n]*)")
 _COMPILER_LINE = re.compile(r"^.*(?:\bfatal error\b|\berror(?: [A-Z]*\d+)?:|\bnvcc fatal\b|: not found$|"
                             r"\bcommand not found\b|undefined reference to).*$", re.IGNORECASE | re.MULTILINE)
@@ -44,7 +44,7 @@ def find_op_build_failure(text: str) -> OpBuildFailure | None:
         return OpBuildFailure(already.group(1), already.group(2).strip())
     extension = _EXTENSION.search(text)
     op = extension.group(1) if extension else None
-    for pattern in (_MISMATCH, _MISSING_CUDA, _NINJA_MISSING):
+    for pattern in (_MISMATCH, _MISSING_CUDA, _MISSING_CUDA_EXCEPTION, _NINJA_MISSING):
         found = pattern.search(text)
         if found:
             return OpBuildFailure(op, found.group(1).strip())
