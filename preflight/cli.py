@@ -23,7 +23,7 @@ import preflight
 import preflight.commands
 from preflight.errors import EXIT_USAGE, UsageError
 from preflight.locations import checks_dir
-from preflight.options import Option
+from preflight.options import Option, join_negative_values
 
 JUNIT_NAME = "preflight-junit.xml"
 
@@ -41,8 +41,9 @@ def subcommands() -> dict[str, str]:
             for m in pkgutil.iter_modules(preflight.commands.__path__)}
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The run's options: every declared option, plus pytest's selection flags."""
+def build_parser(convert: bool = True) -> argparse.ArgumentParser:
+    """The run's options: every declared option, plus pytest's selection flags. With ``convert``
+    off the values stay as the user typed them (that text is what pytest parses again)."""
     from preflight.plugin import all_options, argparse_type
 
     names = ", ".join(sorted(subcommands()))
@@ -54,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
         "Exit codes: 0 ready or degraded, 1 not ready (or degraded with --strict), 2 could not run.",
     )
     for option in all_options():
-        _add(parser, option, argparse_type)
+        _add(parser, option, argparse_type if convert else None)
     parser.add_argument("-k", dest="keyword", metavar="EXPR", help="only run checks matching the expression "
                         "(pytest -k), e.g. -k gpu3 or -k 'not nccl'")
     parser.add_argument("-m", dest="markexpr", metavar="EXPR", help="only run checks matching the marker "
@@ -73,7 +74,7 @@ def _add(parser: argparse.ArgumentParser, option: Option, wrap: object) -> None:
     kwargs: dict[str, object] = {"dest": option.dest, "help": option.help, "metavar": option.metavar,
                                  "choices": option.choices, "default": None,
                                  "action": "append" if option.multiple else "store"}
-    if option.type is not None:
+    if option.type is not None and wrap is not None:
         kwargs["type"] = wrap(option.type)  # type: ignore[operator]
     parser.add_argument(flag, **kwargs)  # type: ignore[arg-type]
 
@@ -137,7 +138,12 @@ def run(argv: list[str]) -> int:
     import pytest
 
     head, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    args = build_parser().parse_args(head)
+    from preflight.plugin import all_options
+
+    value_options = {f"--{o.name}" for o in all_options() if not o.flag}
+    head = join_negative_values(head, value_options)
+    build_parser().parse_args(head)  # validates every value: one line and exit 2 on bad input
+    args = build_parser(convert=False).parse_args(head)
     report_dir = Path(args.report_dir or "reports").resolve()
     _check_report_dir(report_dir)
     _check_torch()

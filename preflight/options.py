@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import pkgutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,3 +69,23 @@ def area_options() -> list[Option]:
         module = importlib.import_module(f"preflight.fixtures.{info.name}")
         found.extend(getattr(module, "OPTIONS", []))
     return found
+
+
+def join_negative_values(argv: Sequence[str], value_options: Collection[str]) -> list[str]:
+    """``--model-params -3B`` -> ``--model-params=-3B`` so the value reaches its converter.
+
+    argparse takes ``-3B`` for an option and would only say "expected one argument"; joining
+    lets the converter give the real reason ("must be greater than zero").
+    """
+    joined: list[str] = []
+    index = 0
+    while index < len(argv):
+        item = argv[index]
+        following = argv[index + 1] if index + 1 < len(argv) else None
+        if item in value_options and following is not None and following[:1] == "-" and following[1:2].isdigit():
+            joined.append(f"{item}={following}")
+            index += 2
+            continue
+        joined.append(item)
+        index += 1
+    return joined

@@ -106,6 +106,8 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Cheap probes first, launches last: a node whose GPUs are missing says so in seconds.
+    items.sort(key=lambda item: item.get_closest_marker("distributed") is not None)
     if config.getoption("preflight_slow"):
         return
     for item in items:

@@ -34,7 +34,9 @@ def identities(profile: str, **faults: object) -> list[GpuIdentity]:
     return [identity for identity in found if identity is not None]
 
 
-def visible(raw: str | None, profile: str = "8x-h100-sxm", order: str | None = None, **faults: object) -> VisibleDevices:
+def visible(
+    raw: str | None, profile: str = "8x-h100-sxm", order: str | None = None, **faults: object
+) -> VisibleDevices:
     try:
         parsed_order = parse_device_order(order)
     except VisibleDevicesError:
@@ -120,7 +122,9 @@ def test_malformed_variable_says_what_cuda_will_do() -> None:
     verdict = judge_visible_devices(visible("0,2,-1,1"))
     assert (verdict.status, verdict.code) == (Status.FAIL, "CUDA_VISIBLE_DEVICES_MALFORMED")
     assert "CUDA stops reading at '-1'; 1 ignored" in verdict.summary
-    assert "CUDA will use 2 GPU(s): cuda0 = GPU 0 (00000000:18:00.0), cuda1 = GPU 2 (00000000:3A:00.0)" in verdict.summary
+    assert (
+        "CUDA will use 2 GPU(s): cuda0 = GPU 0 (00000000:18:00.0), cuda1 = GPU 2 (00000000:3A:00.0)" in verdict.summary
+    )
 
 
 def test_duplicate_leaves_no_gpu() -> None:

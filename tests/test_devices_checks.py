@@ -13,10 +13,24 @@ from tests.conftest import REPO_ROOT, validate_report
 from tests.fakes.nvml_profiles import HEALTHY_PROFILES, PROFILES
 
 CHECKS = (REPO_ROOT / "checks" / "test_devices.py").read_text()
-PER_GPU = ("test_gpu_responds", "test_gpu_not_busy", "test_gpu_ecc", "test_gpu_memory_repairs", "test_gpu_mig",
-           "test_gpu_persistence", "test_gpu_throttling", "test_gpu_pcie_link")
-NODE = ("test_nvml", "test_gpu_count", "test_devices_agree", "test_cuda_visible_devices", "test_cuda_device_order",
-        "test_gpu_models")
+PER_GPU = (
+    "test_gpu_responds",
+    "test_gpu_not_busy",
+    "test_gpu_ecc",
+    "test_gpu_memory_repairs",
+    "test_gpu_mig",
+    "test_gpu_persistence",
+    "test_gpu_throttling",
+    "test_gpu_pcie_link",
+)
+NODE = (
+    "test_nvml",
+    "test_gpu_count",
+    "test_devices_agree",
+    "test_cuda_visible_devices",
+    "test_cuda_device_order",
+    "test_gpu_models",
+)
 
 
 def run_checks(
@@ -37,7 +51,13 @@ def run_checks(
 
 
 def fake(profile: str, faults: dict[str, Any] | None = None, *extra: str) -> list[str]:
-    return ["-p", "tests.fakes.nvml_plugin", f"--fake-nvml={profile}", f"--fake-nvml-faults={json.dumps(faults or {})}", *extra]
+    return [
+        "-p",
+        "tests.fakes.nvml_plugin",
+        f"--fake-nvml={profile}",
+        f"--fake-nvml-faults={json.dumps(faults or {})}",
+        *extra,
+    ]
 
 
 def by_name(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -66,25 +86,115 @@ def test_healthy_machine_is_ready(pytester: pytest.Pytester, monkeypatch: pytest
 FAULTS = [
     # (profile, faults, extra args, environment, check, status, code, gpu named)
     ("8x-h100-sxm", {"ecc_volatile": {"3": 2}}, [], {}, "test_gpu_ecc[gpu3]", "FAIL", "GPU_ECC_UNCORRECTABLE", 3),
-    ("8x-a100-sxm", {"remap_pending": [6]}, [], {}, "test_gpu_memory_repairs[gpu6]", "FAIL", "GPU_ROW_REMAP_PENDING", 6),
+    (
+        "8x-a100-sxm",
+        {"remap_pending": [6]},
+        [],
+        {},
+        "test_gpu_memory_repairs[gpu6]",
+        "FAIL",
+        "GPU_ROW_REMAP_PENDING",
+        6,
+    ),
     ("8x-a100-sxm", {"remap_failed": [1]}, [], {}, "test_gpu_memory_repairs[gpu1]", "FAIL", "GPU_ROW_REMAP_FAILED", 1),
-    ("8x-v100-sxm2", {"retired_pending": [5]}, [], {}, "test_gpu_memory_repairs[gpu5]", "FAIL", "GPU_RETIRED_PAGES_PENDING", 5),
+    (
+        "8x-v100-sxm2",
+        {"retired_pending": [5]},
+        [],
+        {},
+        "test_gpu_memory_repairs[gpu5]",
+        "FAIL",
+        "GPU_RETIRED_PAGES_PENDING",
+        5,
+    ),
     ("8x-a100-sxm", {"mig_enabled": [4]}, [], {}, "test_gpu_mig[gpu4]", "WARN", "GPU_MIG_ENABLED", 4),
     ("8x-l40s", {"persistence_off": [2]}, [], {}, "test_gpu_persistence[gpu2]", "WARN", "GPU_PERSISTENCE_OFF", 2),
-    ("8x-h100-sxm", {"clock_reasons": {"7": 64}}, [], {}, "test_gpu_throttling[gpu7]", "WARN", "GPU_THROTTLED_AT_IDLE", 7),
+    (
+        "8x-h100-sxm",
+        {"clock_reasons": {"7": 64}},
+        [],
+        {},
+        "test_gpu_throttling[gpu7]",
+        "WARN",
+        "GPU_THROTTLED_AT_IDLE",
+        7,
+    ),
     ("8x-h100-sxm", {"processes": {"1": [[4242, 30000]]}}, [], {}, "test_gpu_not_busy[gpu1]", "FAIL", "GPU_IN_USE", 1),
-    ("1x-a10g", {"memory_used_mib": {"0": 20000}}, [], {}, "test_gpu_not_busy[gpu0]", "FAIL", "GPU_MEMORY_IN_USE_UNSEEN", 0),
+    (
+        "1x-a10g",
+        {"memory_used_mib": {"0": 20000}},
+        [],
+        {},
+        "test_gpu_not_busy[gpu0]",
+        "FAIL",
+        "GPU_MEMORY_IN_USE_UNSEEN",
+        0,
+    ),
     ("8x-h100-sxm", {"gpu_lost": [2]}, [], {}, "test_gpu_responds[gpu2]", "FAIL", "GPU_LOST", 2),
-    ("8x-h100-sxm", {"absent_gpus": [7]}, ["--preflight-expect-gpus=8"], {}, "test_gpu_count", "FAIL", "GPU_COUNT_MISMATCH", None),
+    (
+        "8x-h100-sxm",
+        {"absent_gpus": [7]},
+        ["--preflight-expect-gpus=8"],
+        {},
+        "test_gpu_count",
+        "FAIL",
+        "GPU_COUNT_MISMATCH",
+        None,
+    ),
     ("8x-h100-sxm", {}, ["--fake-torch-count=7"], {}, "test_devices_agree", "FAIL", "DEVICE_COUNT_DISAGREES", None),
     ("8x-h100-sxm", {}, ["--fake-torch-cpu"], {}, "test_devices_agree", "FAIL", "TORCH_CPU_BUILD", None),
-    ("8x-h100-sxm", {}, [], {"CUDA_VISIBLE_DEVICES": "0,2,-1,1"}, "test_cuda_visible_devices", "FAIL", "CUDA_VISIBLE_DEVICES_MALFORMED", None),
-    ("8x-h100-sxm", {}, [], {"CUDA_VISIBLE_DEVICES": ""}, "test_cuda_visible_devices", "FAIL", "CUDA_VISIBLE_DEVICES_EMPTY", None),
-    ("2x-mixed-a6000-h100", {}, [], {"CUDA_VISIBLE_DEVICES": "0"}, "test_cuda_device_order", "WARN", "CUDA_DEVICE_ORDER_TRAP", 1),
-    ("8x-h100-sxm", {}, [], {"CUDA_DEVICE_ORDER": "pci"}, "test_cuda_device_order", "WARN", "CUDA_DEVICE_ORDER_INVALID", None),
+    (
+        "8x-h100-sxm",
+        {},
+        [],
+        {"CUDA_VISIBLE_DEVICES": "0,2,-1,1"},
+        "test_cuda_visible_devices",
+        "FAIL",
+        "CUDA_VISIBLE_DEVICES_MALFORMED",
+        None,
+    ),
+    (
+        "8x-h100-sxm",
+        {},
+        [],
+        {"CUDA_VISIBLE_DEVICES": ""},
+        "test_cuda_visible_devices",
+        "FAIL",
+        "CUDA_VISIBLE_DEVICES_EMPTY",
+        None,
+    ),
+    (
+        "2x-mixed-a6000-h100",
+        {},
+        [],
+        {"CUDA_VISIBLE_DEVICES": "0"},
+        "test_cuda_device_order",
+        "WARN",
+        "CUDA_DEVICE_ORDER_TRAP",
+        1,
+    ),
+    (
+        "8x-h100-sxm",
+        {},
+        [],
+        {"CUDA_DEVICE_ORDER": "pci"},
+        "test_cuda_device_order",
+        "WARN",
+        "CUDA_DEVICE_ORDER_INVALID",
+        None,
+    ),
     ("2x-mixed-a6000-h100", {}, [], {}, "test_gpu_models", "WARN", "MIXED_GPUS", None),
     ("8x-h100-sxm", {"init_error": "DRIVER_NOT_LOADED"}, [], {}, "test_nvml", "FAIL", "NVML_DRIVER_NOT_LOADED", None),
-    ("8x-h100-sxm", {"init_error": "LIB_RM_VERSION_MISMATCH"}, [], {}, "test_nvml", "FAIL", "NVML_DRIVER_LIBRARY_MISMATCH", None),
+    (
+        "8x-h100-sxm",
+        {"init_error": "LIB_RM_VERSION_MISMATCH"},
+        [],
+        {},
+        "test_nvml",
+        "FAIL",
+        "NVML_DRIVER_LIBRARY_MISMATCH",
+        None,
+    ),
 ]
 
 
@@ -92,8 +202,16 @@ FAULTS = [
     ("profile", "faults", "extra", "env", "check", "status", "code", "gpu"), FAULTS, ids=[f[6] for f in FAULTS]
 )
 def test_each_fault_gives_its_verdict(
-    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, profile: str, faults: dict[str, Any],
-    extra: list[str], env: dict[str, str], check: str, status: str, code: str, gpu: int | None,
+    pytester: pytest.Pytester,
+    monkeypatch: pytest.MonkeyPatch,
+    profile: str,
+    faults: dict[str, Any],
+    extra: list[str],
+    env: dict[str, str],
+    check: str,
+    status: str,
+    code: str,
+    gpu: int | None,
 ) -> None:
     report, _ = run_checks(pytester, monkeypatch, *fake(profile, faults, *extra), env=env)
     found = by_name(report)[check]
@@ -110,16 +228,25 @@ def test_the_gpu_table_highlights_the_bad_gpu(pytester: pytest.Pytester, monkeyp
     assert table["highlight"] == [3] and table["rows"][3][-1] == "GPU_ECC_UNCORRECTABLE"
 
 
-def test_malformed_variable_limits_the_per_gpu_checks(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    report, _ = run_checks(pytester, monkeypatch, *fake("8x-h100-sxm"), "--preflight-expect-gpus=8",
-                           env={"CUDA_VISIBLE_DEVICES": "0,2,-1,1"})
+def test_malformed_variable_limits_the_per_gpu_checks(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    report, _ = run_checks(
+        pytester,
+        monkeypatch,
+        *fake("8x-h100-sxm"),
+        "--preflight-expect-gpus=8",
+        env={"CUDA_VISIBLE_DEVICES": "0,2,-1,1"},
+    )
     checks = by_name(report)
     assert sorted(n for n in checks if n.startswith("test_gpu_ecc")) == ["test_gpu_ecc[gpu0]", "test_gpu_ecc[gpu2]"]
     assert "CUDA will use 2 GPU(s)" in checks["test_cuda_visible_devices"]["summary"]
     assert checks["test_gpu_count"]["code"] == "GPU_COUNT_MISMATCH"
 
 
-def test_order_trap_checks_the_gpu_cuda_will_really_use(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_order_trap_checks_the_gpu_cuda_will_really_use(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
     report, _ = run_checks(pytester, monkeypatch, *fake("2x-mixed-a6000-h100"), env={"CUDA_VISIBLE_DEVICES": "0"})
     assert [n for n in by_name(report) if n.startswith("test_gpu_mig")] == ["test_gpu_mig[gpu1]"]
 
@@ -147,7 +274,7 @@ def test_cpu_machine_skips_and_stays_ready(
 ) -> None:
     report, _ = run_checks(pytester, monkeypatch, env={} if raw is None else {"CUDA_VISIBLE_DEVICES": raw})
     checks = by_name(report)
-    if "pynvml" != report["node"]["gpus"]["backend"] or report["node"]["gpus"]["error"] is None:
+    if report["node"]["gpus"]["backend"] != "pynvml" or report["node"]["gpus"]["error"] is None:
         pytest.skip("this machine has an NVIDIA driver")
     assert report["verdict"] == "READY"
     assert {c["status"] for c in checks.values()} == {"SKIP"}

@@ -68,10 +68,24 @@ FAULTS = [
     ("8x-a100-sxm", {"ecc_aggregate": {1: 1}}, judge_ecc, 1, Status.WARN, "GPU_ECC_HISTORY"),
     ("8x-h100-sxm", {"remap_pending": {6}}, judge_memory_repairs, 6, Status.FAIL, "GPU_ROW_REMAP_PENDING"),
     ("8x-a100-sxm", {"remap_failed": {2}}, judge_memory_repairs, 2, Status.FAIL, "GPU_ROW_REMAP_FAILED"),
-    ("8x-v100-sxm2", {"retired_pending": {4}, "retired_pages": {4: 3}}, judge_memory_repairs, 4, Status.FAIL, "GPU_RETIRED_PAGES_PENDING"),
+    (
+        "8x-v100-sxm2",
+        {"retired_pending": {4}, "retired_pages": {4: 3}},
+        judge_memory_repairs,
+        4,
+        Status.FAIL,
+        "GPU_RETIRED_PAGES_PENDING",
+    ),
     ("8x-a100-sxm", {"mig_enabled": {5}}, judge_mig, 5, Status.WARN, "GPU_MIG_ENABLED"),
     ("8x-l40s", {"persistence_off": {0}}, judge_persistence, 0, Status.WARN, "GPU_PERSISTENCE_OFF"),
-    ("8x-h100-sxm", {"clock_reasons": {7: HW_THERMAL_SLOWDOWN}}, judge_throttling, 7, Status.WARN, "GPU_THROTTLED_AT_IDLE"),
+    (
+        "8x-h100-sxm",
+        {"clock_reasons": {7: HW_THERMAL_SLOWDOWN}},
+        judge_throttling,
+        7,
+        Status.WARN,
+        "GPU_THROTTLED_AT_IDLE",
+    ),
     ("1x-a10g", {"clock_reasons": {0: SW_POWER_CAP}}, judge_throttling, 0, Status.WARN, "GPU_THROTTLED_AT_IDLE"),
     ("8x-h100-sxm", {"processes": {1: ((4242, 30000),)}}, judge_gpu_busy, 1, Status.FAIL, "GPU_IN_USE"),
     ("4x-a100-pcie-bridged", {"processes": {2: ((777, 600), (778, 50))}}, judge_gpu_busy, 2, Status.WARN, "GPU_IN_USE"),
@@ -161,7 +175,11 @@ def test_no_library_fails_when_gpus_are_expected() -> None:
 
 @pytest.mark.parametrize(
     ("name", "code"),
-    [("DRIVER_NOT_LOADED", "NVML_DRIVER_NOT_LOADED"), ("LIB_RM_VERSION_MISMATCH", "NVML_DRIVER_LIBRARY_MISMATCH"), ("NO_PERMISSION", "NVML_NO_PERMISSION")],
+    [
+        ("DRIVER_NOT_LOADED", "NVML_DRIVER_NOT_LOADED"),
+        ("LIB_RM_VERSION_MISMATCH", "NVML_DRIVER_LIBRARY_MISMATCH"),
+        ("NO_PERMISSION", "NVML_NO_PERMISSION"),
+    ],
 )
 def test_a_broken_driver_fails(name: str, code: str) -> None:
     verdict = judge_nvml(inventory("8x-h100-sxm", init_error=name), expect_gpus=None)

@@ -10,14 +10,14 @@ from itertools import combinations
 import pynvml
 import pytest
 
-from preflight.probe.gpus import decode_clock_event_reasons, gather_inventory
+from preflight.probe.gpus import decode_clock_event_reasons, gather_inventory, gather_inventory_within
 from preflight.probe.nvml import (
     NO_PERMISSION,
     NOT_SUPPORTED,
     P2P_CAPS_NVLINK,
-    GpuProcess,
     P2P_CAPS_READ,
     QUERY_FAILED,
+    GpuProcess,
     NvmlBackend,
     NvmlQueryError,
     NvmlUnavailableError,
@@ -115,6 +115,33 @@ def test_shutdown_then_queries_start_again() -> None:
     assert backend.library.init_calls == 2
 
 
+class HangingLibrary(FakeLibrary):
+    """A wedged driver: nvmlInit blocks until the test lets it go."""
+
+    def __init__(self, release: threading.Event) -> None:
+        super().__init__(PROFILES["1x-a10g"], Faults())
+        self.release = release
+
+    def nvmlInit(self) -> None:
+        self.release.wait(30)
+        super().nvmlInit()
+
+
+def test_a_hung_nvml_becomes_a_timeout() -> None:
+    release = threading.Event()
+    try:
+        inventory = gather_inventory_within(PynvmlBackend(library=HangingLibrary(release)), timeout_s=0.2)
+    finally:
+        release.set()
+    assert inventory.error is not None and inventory.error.code == "NVML_TIMEOUT"
+    assert "within 0 s" in inventory.error.cause
+
+
+def test_an_answering_nvml_is_not_affected_by_the_deadline() -> None:
+    inventory = gather_inventory_within(FakeNvml.from_profile("8x-l40s"), timeout_s=30)
+    assert inventory.error is None and len(inventory.gpus) == 8
+
+
 def test_real_library_on_this_machine() -> None:
     inventory = gather_inventory(PynvmlBackend())
     if inventory.error is None:
@@ -127,7 +154,9 @@ def test_real_library_on_this_machine() -> None:
 
 
 def test_not_supported_is_the_sentinel() -> None:
-    backend = FakeNvml.from_profile("1x-a10g", not_supported={"nvmlDeviceGetTemperature", "nvmlSystemGetCudaDriverVersion"})
+    backend = FakeNvml.from_profile(
+        "1x-a10g", not_supported={"nvmlDeviceGetTemperature", "nvmlSystemGetCudaDriverVersion"}
+    )
     assert backend.temperature(0) is NOT_SUPPORTED
     inventory = gather_inventory(backend)
     assert inventory.gpus[0].temperature_c is NOT_SUPPORTED
@@ -222,7 +251,14 @@ def test_mig_devices_are_listed_on_mig_gpus_only() -> None:
 
 # -- NVLink per link and P2P per pair, per profile ---------------------------------------------------
 
-LINKS = {"8x-h100-sxm": 18, "8x-a100-sxm": 12, "4x-a100-pcie-bridged": 12, "8x-l40s": 0, "1x-a10g": 0, "8x-v100-sxm2": 6}
+LINKS = {
+    "8x-h100-sxm": 18,
+    "8x-a100-sxm": 12,
+    "4x-a100-pcie-bridged": 12,
+    "8x-l40s": 0,
+    "1x-a10g": 0,
+    "8x-v100-sxm2": 6,
+}
 NVLINK_VERSION = {"8x-h100-sxm": 6, "8x-a100-sxm": 4, "4x-a100-pcie-bridged": 4, "8x-v100-sxm2": 2}
 
 
@@ -297,4 +333,6 @@ def test_pynvml_read_constant_is_a_tuple_so_the_backend_uses_its_own() -> None:
     if isinstance(pynvml.NVML_P2P_CAPS_INDEX_READ, tuple):
         backend.device_count()
         with pytest.raises(ctypes.ArgumentError):
-            backend.library.nvmlDeviceGetP2PStatus(backend._handle(0), backend._handle(1), pynvml.NVML_P2P_CAPS_INDEX_READ)
+            backend.library.nvmlDeviceGetP2PStatus(
+                backend._handle(0), backend._handle(1), pynvml.NVML_P2P_CAPS_INDEX_READ
+            )

@@ -43,7 +43,9 @@ def resolve(raw: str | None, gpus: list[GpuIdentity] | None = None, order: Devic
     return resolve_visible_devices(parse_visible_devices(raw), same_model() if gpus is None else gpus, order)
 
 
-def nvml_indices(raw: str | None, gpus: list[GpuIdentity] | None = None, order: DeviceOrder = DeviceOrder.FASTEST_FIRST) -> list[int]:
+def nvml_indices(
+    raw: str | None, gpus: list[GpuIdentity] | None = None, order: DeviceOrder = DeviceOrder.FASTEST_FIRST
+) -> list[int]:
     return [v.gpu.nvml_index for v in resolve(raw, gpus, order).gpus]
 
 
@@ -148,8 +150,25 @@ def test_garbage_never_raises() -> None:
 # -- against torch's own parser ----------------------------------------------------------------------
 
 TORCH_CASES = [
-    "", "0", "0,1,2", "2,1", "0, 1 ,2", "0,2,-1,1", "0,,1", "abc", "1gpu2,2ampere", "0,0", "0,1,0",
-    "0,-1,0", "0,1,", "GPU-8932f937,GPU-1c2d", "GPU-8932f937,0", "GPU-a,GPU-a", "MIG-x,MIG-y", "0-2", " 3",
+    "",
+    "0",
+    "0,1,2",
+    "2,1",
+    "0, 1 ,2",
+    "0,2,-1,1",
+    "0,,1",
+    "abc",
+    "1gpu2,2ampere",
+    "0,0",
+    "0,1,0",
+    "0,-1,0",
+    "0,1,",
+    "GPU-8932f937,GPU-1c2d",
+    "GPU-8932f937,0",
+    "GPU-a,GPU-a",
+    "MIG-x,MIG-y",
+    "0-2",
+    " 3",
 ]
 
 
@@ -234,7 +253,9 @@ def test_uuid_selection_ignores_device_order() -> None:
 
 def mig_node() -> list[GpuIdentity]:
     return [
-        GpuIdentity(0, UUIDS[0], BUS[0], "Fake A100", (8, 0), mig_enabled=True, mig_uuids=("MIG-aaaa1111", "MIG-bbbb2222")),
+        GpuIdentity(
+            0, UUIDS[0], BUS[0], "Fake A100", (8, 0), mig_enabled=True, mig_uuids=("MIG-aaaa1111", "MIG-bbbb2222")
+        ),
         GpuIdentity(1, UUIDS[2], BUS[1], "Fake A100", (8, 0)),
     ]
 
@@ -271,7 +292,11 @@ def test_describe_names_cuda_and_nvml_indices() -> None:
 
 @pytest.mark.parametrize(
     ("raw", "order"),
-    [(None, DeviceOrder.FASTEST_FIRST), ("FASTEST_FIRST", DeviceOrder.FASTEST_FIRST), ("PCI_BUS_ID", DeviceOrder.PCI_BUS_ID)],
+    [
+        (None, DeviceOrder.FASTEST_FIRST),
+        ("FASTEST_FIRST", DeviceOrder.FASTEST_FIRST),
+        ("PCI_BUS_ID", DeviceOrder.PCI_BUS_ID),
+    ],
 )
 def test_device_order_values(raw: str | None, order: DeviceOrder) -> None:
     assert parse_device_order(raw) is order

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from preflight.errors import UsageError
+from preflight.options import join_negative_values
 from preflight.judge.memory_fit import DEFAULT_HEADROOM, GpuMemory, plan_as_dict, plan_lines, plan_memory_fit
 from preflight.judge.sizing import parse_bytes_per_param
 from preflight.parse.quantity import parse_headroom, parse_memory_size, parse_param_count
@@ -76,7 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str]) -> int:
     """Print the per-strategy table (or JSON); bad sizes raise UsageError (exit code 2)."""
-    args = build_parser().parse_args(_join_negative_values(argv))
+    args = build_parser().parse_args(join_negative_values(argv, _VALUE_OPTIONS))
     gpus = [GpuMemory(index=i, name="", total_bytes=args.gpu_memory) for i in range(args.gpus)]
     try:
         plan = plan_memory_fit(
@@ -94,23 +95,3 @@ def main(argv: list[str]) -> int:
     else:
         sys.stdout.write("\n".join(plan_lines(plan)) + "\n")
     return 0
-
-
-def _join_negative_values(argv: Sequence[str]) -> list[str]:
-    """``--model-params -3B`` -> ``--model-params=-3B`` so the value reaches its parser.
-
-    argparse takes ``-3B`` for an option and would only say "expected one argument"; joining
-    gives the user the real reason ("must be greater than zero").
-    """
-    joined: list[str] = []
-    index = 0
-    while index < len(argv):
-        item = argv[index]
-        following = argv[index + 1] if index + 1 < len(argv) else None
-        if item in _VALUE_OPTIONS and following is not None and following.startswith("-") and following[1:2].isdigit():
-            joined.append(f"{item}={following}")
-            index += 2
-            continue
-        joined.append(item)
-        index += 1
-    return joined

@@ -143,7 +143,8 @@ def judge_device_order(visible: VisibleDevices, order_raw: str | None, gpus: Seq
             "so CUDA indices follow the PCI bus like nvidia-smi"
         )
     moved = [
-        f"index {i} is GPU {fastest[i].nvml_index} ({fastest[i].name}), not nvidia-smi's GPU {by_bus[i].nvml_index} ({by_bus[i].name})"
+        f"index {i} is GPU {fastest[i].nvml_index} ({fastest[i].name}), "
+        f"not nvidia-smi's GPU {by_bus[i].nvml_index} ({by_bus[i].name})"
         for i in sorted(set(visible.setting.indices))
         if i < len(fastest) and fastest[i] != by_bus[i]
     ]

@@ -38,7 +38,10 @@ def judge_nvml(inventory: Inventory, expect_gpus: int | None) -> Verdict:
             return skip(f"no NVIDIA GPU visible: {problem.cause}", evidence={"nvml": problem.nvml_error})
         wanted = f" (expected {expect_gpus} GPUs)" if expect_gpus else ""
         return fail(
-            problem.code, f"NVML cannot start: {problem.cause}{wanted}", problem.remediation, evidence={"nvml": problem.nvml_error}
+            problem.code,
+            f"NVML cannot start: {problem.cause}{wanted}",
+            problem.remediation,
+            evidence={"nvml": problem.nvml_error},
         )
     if not inventory.gpus:
         return fail(
@@ -91,7 +94,9 @@ def judge_gpu_busy(gpu: GpuInfo, own_pids: Collection[int] = (), fail_fraction: 
     act = fail if used >= fail_fraction * total else warn
     share = f"{used // MIB:,} of {total // MIB:,} MiB in use"
     if others:
-        listed = ", ".join(f"pid {p.pid} ({'?' if p.used_memory is None else f'{p.used_memory // MIB:,}'} MiB)" for p in others)
+        listed = ", ".join(
+            f"pid {p.pid} ({'?' if p.used_memory is None else f'{p.used_memory // MIB:,}'} MiB)" for p in others
+        )
         return act(
             "GPU_IN_USE",
             f"{gpu.label}: {len(others)} other process(es) on it: {listed}; {share}",
@@ -244,7 +249,9 @@ def judge_pcie_link(gpu: GpuInfo, under_load: tuple[int, int] | None = None) -> 
     best = f"Gen{gpu.pcie_max[0]} x{gpu.pcie_max[1]}"
     if under_load is None:
         now = "unknown" if isinstance(gpu.pcie_current, Absent) else f"Gen{gpu.pcie_current[0]} x{gpu.pcie_current[1]}"
-        return skip(f"{gpu.label}: PCIe link judged only under load (idle GPUs lower it to save power); now {now}, max {best}")
+        return skip(
+            f"{gpu.label}: PCIe link judged only under load (idle GPUs lower it to save power); now {now}, max {best}"
+        )
     gen, width = under_load
     if gen < gpu.pcie_max[0] or width < gpu.pcie_max[1]:
         return warn(
@@ -269,7 +276,9 @@ def judge_gpu_models(gpus: Sequence[GpuInfo]) -> Verdict:
         size = f"{memory // MIB:,} MiB" if isinstance(memory, int) else memory
         return passed(f"{len(indices)} x {name} ({size})")
     listed = "; ".join(
-        f"GPU {','.join(map(str, idx))}: {name} ({m // MIB:,} MiB)" if isinstance(m, int) else f"GPU {','.join(map(str, idx))}: {name}"
+        f"GPU {','.join(map(str, idx))}: {name} ({m // MIB:,} MiB)"
+        if isinstance(m, int)
+        else f"GPU {','.join(map(str, idx))}: {name}"
         for (name, m), idx in groups.items()
     )
     return warn(
@@ -278,7 +287,6 @@ def judge_gpu_models(gpus: Sequence[GpuInfo]) -> Verdict:
         "Run the job on GPUs of one model (select them with CUDA_VISIBLE_DEVICES=<GPU UUIDs from `nvidia-smi -L`>); "
         "in DDP/FSDP every step waits for the slowest GPU and memory is limited by the smallest.",
     )
-
 
 
 def gpu_table(gpus: Sequence[GpuInfo], verdicts: Sequence[Sequence[Verdict]]) -> View:
@@ -294,4 +302,6 @@ def gpu_table(gpus: Sequence[GpuInfo], verdicts: Sequence[Sequence[Verdict]]) ->
         rows.append([*row.values(), ", ".join(problems) or "none"])
         if problems:
             highlight.append(position)
-    return View(kind="table", title="GPUs (NVML order)", data={"columns": columns, "rows": rows, "highlight": highlight})
+    return View(
+        kind="table", title="GPUs (NVML order)", data={"columns": columns, "rows": rows, "highlight": highlight}
+    )

@@ -108,7 +108,9 @@ def parse_visible_devices(raw: str | None) -> VisibleDevicesSetting:
     if raw is None:
         return VisibleDevicesSetting(raw=None, kind=SelectorKind.ALL)
     if raw == "":
-        return VisibleDevicesSetting(raw=raw, kind=SelectorKind.NONE, problems=("set to the empty string: CUDA sees no GPU",))
+        return VisibleDevicesSetting(
+            raw=raw, kind=SelectorKind.NONE, problems=("set to the empty string: CUDA sees no GPU",)
+        )
     if raw.strip() == "":
         return VisibleDevicesSetting(raw=raw, kind=SelectorKind.NONE, problems=("only spaces: CUDA sees no GPU",))
     for prefix, kind in (("GPU-", SelectorKind.GPU_UUID), ("MIG-", SelectorKind.MIG_UUID)):
@@ -139,7 +141,12 @@ def _parse_indices(raw: str) -> VisibleDevicesSetting:
                 tail = f"; {', '.join(rest)} ignored" if rest else ""
                 problems.append(f"CUDA stops reading at {what}{tail}")
             return VisibleDevicesSetting(
-                raw=raw, kind=SelectorKind.INDEX, entries=tuple(entries), indices=tuple(kept), stop=text, problems=tuple(problems)
+                raw=raw,
+                kind=SelectorKind.INDEX,
+                entries=tuple(entries),
+                indices=tuple(kept),
+                stop=text,
+                problems=tuple(problems),
             )
         if not re.fullmatch("[0-9]+", text):
             problems.append(f"{text!r} is read as {value}")
@@ -268,7 +275,9 @@ def resolve_visible_devices(
     if mig_parents and setting.kind is not SelectorKind.MIG_UUID:
         certain = count_certain = False
         listed = ", ".join(str(i) for i in mig_parents)
-        notes.append(f"MIG is enabled on GPU {listed}: CUDA shows MIG devices there, not the GPU, and only one per process")
+        notes.append(
+            f"MIG is enabled on GPU {listed}: CUDA shows MIG devices there, not the GPU, and only one per process"
+        )
     return VisibleDevices(setting, order, tuple(chosen), certain, count_certain, tuple(problems), tuple(notes))
 
 

@@ -8,6 +8,7 @@ Gathering never judges and never raises for a single bad query: a fact the GPU c
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -138,8 +139,8 @@ class GpuInfo:
             "memory_repairs": text(rows, lambda r: "failed" if r.failed else "pending" if r.pending else "ok")
             if not isinstance(rows, Absent)
             else text(self.retired_pages_pending, lambda p: "retirement pending" if p else "ok"),
-            "pcie": f"{text(self.pcie_current, lambda l: f'Gen{l[0]} x{l[1]}')} of "
-            f"{text(self.pcie_max, lambda l: f'Gen{l[0]} x{l[1]}')}",
+            "pcie": f"{text(self.pcie_current, lambda link: f'Gen{link[0]} x{link[1]}')} of "
+            f"{text(self.pcie_max, lambda link: f'Gen{link[0]} x{link[1]}')}",
             "temp_c": text(self.temperature_c),
             "clock_reasons": text(self.clock_event_names, lambda names: ", ".join(names) or "none"),
             "processes": text(self.processes, lambda procs: str(len(procs))),
@@ -171,7 +172,12 @@ class GpuInfo:
             "retired_pages_pending": _json(self.retired_pages_pending),
             "remapped_rows": str(rows)
             if isinstance(rows, Absent)
-            else {"corrected": rows.corrected, "uncorrected": rows.uncorrected, "pending": rows.pending, "failed": rows.failed},
+            else {
+                "corrected": rows.corrected,
+                "uncorrected": rows.uncorrected,
+                "pending": rows.pending,
+                "failed": rows.failed,
+            },
             "pcie_current": _json(self.pcie_current),
             "pcie_max": _json(self.pcie_max),
             "clock_event_reasons": _json(self.clock_event_names),
@@ -234,18 +240,51 @@ def gather_inventory(backend: NvmlBackend) -> Inventory:
         count = backend.device_count()
         driver = backend.driver_version()
     except NvmlUnavailableError as exc:
-        return Inventory(backend=backend.label, error=InventoryError(exc.code, exc.cause, exc.remediation, exc.nvml_error))
+        return Inventory(
+            backend=backend.label, error=InventoryError(exc.code, exc.cause, exc.remediation, exc.nvml_error)
+        )
     except NvmlQueryError as exc:
         return Inventory(
             backend=backend.label,
             error=InventoryError(
-                "NVML_QUERY_FAILED", f"NVML started but {exc.call} failed", "Run `nvidia-smi` and read `dmesg` for Xid errors.", exc.nvml_error
+                "NVML_QUERY_FAILED",
+                f"NVML started but {exc.call} failed",
+                "Run `nvidia-smi` and read `dmesg` for Xid errors.",
+                exc.nvml_error,
             ),
         )
     errors: dict[str, str] = {}
     cuda = _ask(errors, "cuda_driver_version", backend.cuda_driver_version)
     gpus = tuple(_gather_gpu(backend, index) for index in range(count))
     return Inventory(backend=backend.label, driver_version=driver, cuda_driver_version=cuda, gpus=gpus)
+
+
+GATHER_TIMEOUT_S = 60.0  # NVML on a sick node can block for minutes; 8 GPUs without persistence take ~10-20 s
+
+
+def gather_inventory_within(backend: NvmlBackend, timeout_s: float = GATHER_TIMEOUT_S) -> Inventory:
+    """:func:`gather_inventory` under a deadline; a hung NVML becomes ``NVML_TIMEOUT``, not a hung run.
+
+    The query runs in a daemon thread (ctypes releases the GIL during NVML calls); when the deadline
+    passes the thread is left blocked and the run goes on without GPU facts.
+    """
+    found: list[Inventory] = []
+    worker = threading.Thread(
+        target=lambda: found.append(gather_inventory(backend)), name="nvml-inventory", daemon=True
+    )
+    worker.start()
+    worker.join(timeout_s)
+    if found:
+        return found[0]
+    return Inventory(
+        backend=backend.label,
+        error=InventoryError(
+            "NVML_TIMEOUT",
+            f"NVML did not answer within {timeout_s:.0f} s",
+            "Run `nvidia-smi` (it will hang too) and read `sudo dmesg | grep -i -e xid -e nvrm`; a GPU stuck in "
+            "reset or a wedged driver needs a reboot.",
+        ),
+    )
 
 
 def _ask(errors: dict[str, str], name: str, query: Callable[[], T]) -> T | Absent:

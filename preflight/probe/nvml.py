@@ -177,16 +177,14 @@ _INIT_CAUSES: dict[int, tuple[str, str, str]] = {
     ),
     _ERR_LIB_RM_VERSION_MISMATCH: (
         "NVML_DRIVER_LIBRARY_MISMATCH",
-        "the driver library and the loaded kernel module are different versions (driver "
-        "upgraded without a reboot)",
+        "the driver library and the loaded kernel module are different versions (driver upgraded without a reboot)",
         "Reboot the machine, or stop every GPU process and reload the modules "
         "(`sudo rmmod nvidia_uvm nvidia_drm nvidia_modeset nvidia && sudo modprobe nvidia`).",
     ),
     _ERR_NO_PERMISSION: (
         "NVML_NO_PERMISSION",
         "no permission to open the GPU device files (/dev/nvidia*)",
-        "Run as a user allowed to open /dev/nvidia* (often the `video` group), or give the "
-        "container the GPU devices.",
+        "Run as a user allowed to open /dev/nvidia* (often the `video` group), or give the container the GPU devices.",
     ),
 }
 
@@ -374,7 +372,10 @@ class PynvmlBackend:
         uuids: list[str] = []
         for slot in range(int(slots)):
             mig = self._query(
-                "nvmlDeviceGetMigDeviceHandleByIndex", handle, slot, absent_codes=(_ERR_INVALID_ARGUMENT, _ERR_NOT_FOUND)
+                "nvmlDeviceGetMigDeviceHandleByIndex",
+                handle,
+                slot,
+                absent_codes=(_ERR_INVALID_ARGUMENT, _ERR_NOT_FOUND),
             )
             if not isinstance(mig, Absent):
                 uuids.append(_text(self._call("nvmlDeviceGetUUID", mig)))
@@ -405,9 +406,7 @@ class PynvmlBackend:
     def remapped_rows(self, index: int) -> RemappedRows | Absent:
         """Row remapping counters (A100 and newer; NOT_SUPPORTED before Ampere)."""
         value = self._query("nvmlDeviceGetRemappedRows", self._handle(index))
-        return self._map(
-            value, lambda rows: RemappedRows(int(rows[0]), int(rows[1]), bool(rows[2]), bool(rows[3]))
-        )
+        return self._map(value, lambda rows: RemappedRows(int(rows[0]), int(rows[1]), bool(rows[2]), bool(rows[3])))
 
     # -- link, clocks, temperature, processes ---------------------------------------------------
 
@@ -450,12 +449,16 @@ class PynvmlBackend:
 
     def nvlink_state(self, index: int, link: int) -> bool | Absent:
         """Whether NVLink ``link`` is active; NOT_SUPPORTED when the GPU has no such link."""
-        value = self._query("nvmlDeviceGetNvLinkState", self._handle(index), link, absent_codes=(_ERR_INVALID_ARGUMENT,))
+        value = self._query(
+            "nvmlDeviceGetNvLinkState", self._handle(index), link, absent_codes=(_ERR_INVALID_ARGUMENT,)
+        )
         return self._map(value, bool)
 
     def nvlink_version(self, index: int, link: int) -> int | Absent:
         """``NVML_NVLINK_VERSION_*`` of ``link`` (4 = 3.0 on A100, 6 = 4.0 on H100)."""
-        value = self._query("nvmlDeviceGetNvLinkVersion", self._handle(index), link, absent_codes=(_ERR_INVALID_ARGUMENT,))
+        value = self._query(
+            "nvmlDeviceGetNvLinkVersion", self._handle(index), link, absent_codes=(_ERR_INVALID_ARGUMENT,)
+        )
         return self._map(value, int)
 
     def p2p_status(self, index_a: int, index_b: int, caps: int) -> int | Absent:

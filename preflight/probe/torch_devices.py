@@ -29,7 +29,12 @@ class TorchDevices:
 
     def as_dict(self) -> dict[str, object]:
         """Plain JSON for the report."""
-        return {"version": self.version, "cuda_build": self.cuda_build, "device_count": self.device_count, "error": self.error}
+        return {
+            "version": self.version,
+            "cuda_build": self.cuda_build,
+            "device_count": self.device_count,
+            "error": self.error,
+        }
 
 
 def read_torch_devices(environ: Mapping[str, str] | None = None, timeout_s: float = 60.0) -> TorchDevices:

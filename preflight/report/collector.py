@@ -73,6 +73,7 @@ class ReportCollector:
             self._old_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
         threading.Thread(target=self._watchdog, name="preflight-watchdog", daemon=True).start()
 
+    @pytest.hookimpl(trylast=True)  # after -k/-m deselection and preflight's own ordering
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.record.collected = [item.nodeid for item in items]
 

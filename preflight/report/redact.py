@@ -23,9 +23,9 @@ from preflight.report.secret_names import REDACTED, is_secret_name, redact_assig
 from preflight.report.secret_shapes import redact_shapes
 
 __all__ = [
-    "REDACTED",
     "ALLOWED_NAMES",
     "ALLOWED_PREFIXES",
+    "REDACTED",
     "is_reported_variable",
     "is_secret_name",
     "omitted_variable_count",

@@ -6,6 +6,7 @@ replaced when the *name* looks secret, whatever the value looks like.
 
 from __future__ import annotations
 
+import itertools
 import re
 import string
 
@@ -33,6 +34,10 @@ _SECRET_LAST_WORDS = frozenset({"key", "pass", "pwd"})
 
 _SECRET_PAIRS = frozenset({("session", "id"), ("access", "key"), ("private", "key")})
 
+_WHERE_WORDS = frozenset({"file", "filename", "path", "dir", "directory", "location"})
+"""A last word saying the value is *where* a secret lives (``--token-file``, ``HF_TOKEN_PATH``):
+the path is useful evidence and not itself secret."""
+
 
 def _name_words(name: str) -> list[str]:
     return [word.lower() for word in _NAME_WORD.findall(name)]
@@ -46,6 +51,8 @@ def is_secret_name(name: str) -> bool:
     ``HF_TOKEN``, ``hfToken``, ``OAUTH``, ``client_secret``, ``AccountKey`` and ``DB_PASS`` are.
     """
     words = _name_words(name)
+    if words and words[-1] in _WHERE_WORDS:
+        return False
     for word in words:
         if word in _SECRET_WORDS or word.endswith(_SECRET_SUFFIXES):
             return True
@@ -53,7 +60,7 @@ def is_secret_name(name: str) -> bool:
             return True
     if len(words) >= 2 and words[-1] in _SECRET_LAST_WORDS:
         return True
-    return any(pair in _SECRET_PAIRS for pair in zip(words, words[1:]))
+    return any(pair in _SECRET_PAIRS for pair in itertools.pairwise(words))
 
 
 # ---------------------------------------------------------------------------------------------

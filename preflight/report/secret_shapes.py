@@ -32,7 +32,7 @@ def _keep_prefix(match: re.Match[str]) -> str:
 
 def _keep_groups(*names: str) -> Callable[[re.Match[str]], str]:
     def replace(match: re.Match[str]) -> str:
-        return "".join(match.group(name) for name in names) + REDACTED
+        return "".join(match.group(name) or "" for name in names) + REDACTED
 
     return replace
 

@@ -356,7 +356,9 @@ class FakeNvml(PynvmlBackend):
             spec = PROFILES[name]
         except KeyError:
             raise ValueError(f"unknown fake profile {name!r}; known: {', '.join(PROFILES)}") from None
-        converted = {key: frozenset(value) if isinstance(value, (set, list, tuple)) else value for key, value in faults.items()}
+        converted = {
+            key: frozenset(value) if isinstance(value, (set, list, tuple)) else value for key, value in faults.items()
+        }
         return cls(spec, Faults(**converted), under_load)
 
 

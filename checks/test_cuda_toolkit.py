@@ -1,0 +1,72 @@
+"""CUDA build, driver, GPU architectures, toolkit and DeepSpeed readiness."""
+
+from __future__ import annotations
+
+import pytest
+
+from preflight.judge.cuda_runtime import judge_driver_for_torch, judge_gpu_arch, judge_torch_build
+from preflight.judge.toolkit import (
+    jit_build_skip_reason,
+    judge_build_tools,
+    judge_cuda_home_vs_path,
+    judge_deepspeed_cuda,
+    judge_jit_build,
+    judge_toolkit,
+)
+from preflight.outcome import skip
+from preflight.probe.jit_build import run_jit_build
+
+
+def test_torch_cuda_build(record, toolkit_facts, cuda_node):
+    """torch is a CUDA build where there are NVIDIA GPUs"""
+    record(judge_torch_build(toolkit_facts.torch, cuda_node.gpu_count, cuda_node.driver))
+
+
+@pytest.mark.gpu
+def test_driver_supports_torch_cuda(record, toolkit_facts, cuda_node):
+    """The NVIDIA driver supports the CUDA version torch was built with"""
+    record(judge_driver_for_torch(toolkit_facts.torch, cuda_node.driver, cuda_node.gpu_count))
+
+
+@pytest.mark.gpu
+def test_gpu_arch_in_torch(record, toolkit_facts, cuda_node, gpu, gpu_skip):
+    """torch carries kernels for the GPU's compute capability"""
+    if gpu_skip is not None:
+        record(gpu_skip)
+        return
+    capability = next((g for g in cuda_node.gpus or () if g.index == gpu.index), None)
+    if capability is None:
+        record(skip(f"GPU{gpu.index}: NVML reports no compute capability ({gpu.compute_capability})"))
+        return
+    record(judge_gpu_arch(toolkit_facts.torch, capability, cuda_node.driver))
+
+
+def test_cuda_toolkit_for_jit_builds(record, toolkit_facts, frameworks):
+    """A CUDA toolkit a JIT build (DeepSpeed ops, C++/CUDA extensions) can use"""
+    record(judge_toolkit(toolkit_facts, frameworks))
+
+
+def test_cuda_home_matches_path(record, toolkit_facts):
+    """CUDA_HOME and the first nvcc on PATH are the same toolkit"""
+    record(judge_cuda_home_vs_path(toolkit_facts))
+
+
+def test_deepspeed_accepts_toolkit(record, toolkit_facts, frameworks):
+    """DeepSpeed's op builder accepts the toolkit for torch's CUDA"""
+    record(judge_deepspeed_cuda(toolkit_facts, frameworks))
+
+
+def test_jit_build_tools(record, toolkit_facts, frameworks):
+    """ninja and a C++ compiler for JIT-built ops"""
+    record(judge_build_tools(toolkit_facts, frameworks))
+
+
+@pytest.mark.slow
+def test_deepspeed_jit_build(record, toolkit_facts, settings):
+    """DeepSpeed JIT-builds one CUDA op (fused_adam) with this node's toolkit"""
+    reason = jit_build_skip_reason(toolkit_facts)
+    if reason is not None:
+        record(skip(reason))
+        return
+    deadline = min(float(settings.option("jit_build_timeout") or 600.0), max(1.0, settings.remaining_s() - 5.0))
+    record(judge_jit_build(toolkit_facts, run_jit_build(timeout_s=deadline)))

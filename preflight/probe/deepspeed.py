@@ -1,0 +1,139 @@
+"""DeepSpeed's installed version and CUDA rule, read from its files without importing it.
+
+Importing ``deepspeed`` selects an accelerator and can touch CUDA, so the version comes from the
+package metadata and the rule from ``op_builder/builder.py`` parsed with :mod:`ast`: the
+``cuda_minor_mismatch_ok`` table (it grew release by release: DeepSpeed 0.15.0 lists 12.0-12.5,
+master in 2025 lists 12.0-12.6, 12.8, 12.9) and whether the file knows ``DS_SKIP_CUDA_CHECK``
+(added by DeepSpeed PR #3436). ``git_version_info_installed.py`` says which ops were pre-built.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import importlib.util
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+DS_BUILDER_FILES = ("deepspeed/ops/op_builder/builder.py", "op_builder/builder.py")
+DS_INSTALL_INFO = "deepspeed/git_version_info_installed.py"
+
+
+@dataclass(frozen=True, slots=True)
+class DeepSpeedRule:
+    """DeepSpeed's toolkit check as written in the installed ``op_builder/builder.py``."""
+
+    minor_mismatch_ok: Mapping[int, tuple[str, ...]]
+    honours_skip_env: bool
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeepSpeedFacts:
+    """DeepSpeed's installed version and rule, read from its files (never imported)."""
+
+    version: str | None
+    skip_cuda_check: str | None
+    rule: DeepSpeedRule | None = None
+    rule_problem: str | None = None
+    prebuilt_ops: tuple[str, ...] = ()
+    """Ops compiled into the wheel (``DS_BUILD_OPS=1``): not JIT-built, no toolkit needed."""
+    prebuilt_cuda: str | None = None
+    """``torch_info["cuda_version"]`` the pre-built ops were compiled for; None when not recorded."""
+
+    @property
+    def installed(self) -> bool:
+        """True when the ``deepspeed`` distribution is installed."""
+        return self.version is not None
+
+    @property
+    def skip_enabled(self) -> bool:
+        """DeepSpeed tests ``os.getenv("DS_SKIP_CUDA_CHECK", "0") == "1"``: only ``1`` counts."""
+        return self.skip_cuda_check == "1"
+
+
+def probe_deepspeed(env: Mapping[str, str]) -> DeepSpeedFacts:
+    """DeepSpeed's version (package metadata), its CUDA rule and pre-built ops (its files)."""
+    skip = env.get("DS_SKIP_CUDA_CHECK")
+    try:
+        dist = importlib.metadata.distribution("deepspeed")
+    except importlib.metadata.PackageNotFoundError:
+        return DeepSpeedFacts(version=None, skip_cuda_check=skip)
+    roots = [Path(str(dist.locate_file("")))]
+    spec = importlib.util.find_spec("deepspeed")  # top-level: finds, does not execute
+    if spec is not None and spec.submodule_search_locations:
+        roots.extend(Path(location).parent for location in spec.submodule_search_locations)
+    rule, problem = _read_rule(roots)
+    prebuilt, built_with_cuda = _read_install_info(roots)
+    return DeepSpeedFacts(
+        version=dist.version,
+        skip_cuda_check=skip,
+        rule=rule,
+        rule_problem=problem,
+        prebuilt_ops=prebuilt,
+        prebuilt_cuda=built_with_cuda,
+    )
+
+
+def _read_rule(roots: list[Path]) -> tuple[DeepSpeedRule | None, str | None]:
+    for root in roots:
+        for relative in DS_BUILDER_FILES:
+            path = root / relative
+            if path.is_file():
+                return parse_deepspeed_rule(path.read_text(errors="replace"), str(path))
+    return None, "op_builder/builder.py not found in the installed DeepSpeed"
+
+
+def parse_deepspeed_rule(source: str, origin: str) -> tuple[DeepSpeedRule | None, str | None]:
+    """Read ``cuda_minor_mismatch_ok`` and the ``DS_SKIP_CUDA_CHECK`` escape from builder.py."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError as exc:
+        return None, f"{origin}: not parseable ({exc.msg})"
+    if "def assert_no_cuda_mismatch" not in source:
+        return None, f"{origin}: no assert_no_cuda_mismatch (unknown DeepSpeed layout)"
+    table: dict[int, tuple[str, ...]] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and any(
+            isinstance(target, ast.Name) and target.id == "cuda_minor_mismatch_ok" for target in node.targets
+        ):
+            try:
+                value = ast.literal_eval(node.value)
+                table = {int(major): tuple(str(v) for v in versions) for major, versions in value.items()}
+            except (ValueError, TypeError, AttributeError):
+                return None, f"{origin}: cuda_minor_mismatch_ok is not a literal table"
+    return DeepSpeedRule(table, "DS_SKIP_CUDA_CHECK" in source, origin), None
+
+
+def _read_install_info(roots: list[Path]) -> tuple[tuple[str, ...], str | None]:
+    """``(pre-built op names, CUDA they were compiled for)`` from git_version_info_installed.py."""
+    for root in roots:
+        path = root / DS_INSTALL_INFO
+        if not path.is_file():
+            continue
+        try:
+            values = _literal_assignments(path.read_text(errors="replace"), ("installed_ops", "torch_info"))
+        except SyntaxError:
+            return (), None
+        ops = values.get("installed_ops")
+        built = tuple(sorted(name for name, flag in ops.items() if flag)) if isinstance(ops, dict) else ()
+        info = values.get("torch_info")
+        cuda = info.get("cuda_version") if isinstance(info, dict) else None
+        return built, (str(cuda) if cuda and str(cuda) != "0.0" else None)
+    return (), None
+
+
+def _literal_assignments(source: str, names: tuple[str, ...]) -> dict[str, object]:
+    """Top-level ``name = <literal>`` values; names whose value is not a literal are left out."""
+    found: dict[str, object] = {}
+    for node in ast.parse(source).body:
+        if not isinstance(node, ast.Assign):
+            continue
+        for target in node.targets:
+            if isinstance(target, ast.Name) and target.id in names:
+                try:
+                    found[target.id] = ast.literal_eval(node.value)
+                except ValueError:
+                    pass
+    return found

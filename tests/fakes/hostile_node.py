@@ -1,0 +1,69 @@
+"""Test-only pytest plugin (``-p tests.fakes.hostile_node``): a node whose every self-description
+is hostile, and a run that stalls at a chosen point so a test can interrupt it there.
+
+- the hostname carries markup and a node fact section carries secrets and markup;
+- ``PREFLIGHT_TEST_HOSTILE_GPU=1``: the GPU checks see a fake NVML machine (one A10G) whose GPU
+  name carries markup, through the real inventory fixtures;
+- ``PREFLIGHT_TEST_STALL=collect|collected|check|report`` with ``PREFLIGHT_TEST_STALL_MARK=PATH``
+  writes PATH and sleeps when the run reaches that point (``check`` is done by
+  ``planted_checks.test_planted_stall``); checks of planted_checks run before the shipped ones.
+It never ships with preflight.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from preflight.fixtures.gpus import NVML_BACKEND_KEY
+from preflight.report import collector as report_collector
+from preflight.report.facts import add_fact
+from tests.fakes import planted
+from tests.fakes.nvml import FakeNvml
+from tests.fakes.nvml_profiles import PROFILES
+
+STALL_S = 600.0
+
+
+def _stall(point: str) -> None:
+    if os.environ.get("PREFLIGHT_TEST_STALL") == point:
+        Path(os.environ["PREFLIGHT_TEST_STALL_MARK"]).write_text(point)
+        time.sleep(STALL_S)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    socket.gethostname = lambda: planted.HOSTNAME  # type: ignore[assignment]
+    if os.environ.get("PREFLIGHT_TEST_HOSTILE_GPU") == "1":
+        spec = PROFILES["1x-a10g"]
+        gpus = tuple(dataclasses.replace(gpu, name=planted.GPU_NAME) for gpu in spec.gpus)
+        hostile = dataclasses.replace(spec, gpus=gpus)
+        config.stash[NVML_BACKEND_KEY] = FakeNvml(hostile)
+    add_fact(config, f"planted{planted.MARKUP}", {planted.MARKUP: planted.URL_WITH_PASSWORD,
+                                                  "token": planted.PLAIN_TOKEN, "note": planted.HF_TOKEN})
+    if os.environ.get("PREFLIGHT_TEST_STALL") == "report":
+        render = report_collector.render_html
+
+        def slow_render(report: dict[str, Any]) -> str:
+            _stall("report")
+            return render(report)
+
+        report_collector.render_html = slow_render  # type: ignore[assignment]
+
+
+def pytest_collectstart(collector: pytest.Collector) -> None:
+    if isinstance(collector, pytest.Module):
+        _stall("collect")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    items.sort(key=lambda item: "planted" not in item.nodeid)
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    _stall("collected")
