@@ -159,6 +159,10 @@ def run(argv: list[str]) -> int:
     except (OSError, ValueError):
         raise UsageError(f"the run ended (pytest exit code {int(code)}) without writing {stale}") from None
     print(f"{report['verdict']}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
+    if args.oneline:
+        from preflight.report.oneline import format_oneline
+
+        print(format_oneline(report))
     return int(report["run"]["exit_code"])
 
 

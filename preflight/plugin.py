@@ -128,6 +128,8 @@ def record(request: pytest.FixtureRequest) -> Recorder:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
+    if not _is_check(item):
+        return  # the overall deadline is preflight's, not that of an ordinary test run
     settings = item.config.stash[SETTINGS_KEY]
     if settings.remaining_s() <= 0:
         raise DeadlinePassed(f"the overall --timeout of {settings.timeout_s:.0f} s passed before this check started")
@@ -185,7 +187,7 @@ _STATUS_WORDS = {
 
 def pytest_report_teststatus(report: pytest.TestReport, config: pytest.Config) -> Any:
     """Show WARN as its own word; show each check's verdict word in verbose mode."""
-    status = dict(report.user_properties).get("preflight.status")
+    status = dict(getattr(report, "user_properties", ())).get("preflight.status")
     if report.when == "call" and status in _STATUS_WORDS:
         return _STATUS_WORDS[status]
     return None

@@ -1,0 +1,58 @@
+"""The run's verdict as one line of at most 80 characters, for schedulers and health daemons.
+
+Slurm takes it as a node's drain reason and node-problem-detector as a condition message (NPD cuts
+plugin output at 80 characters by default), so the stable code of the worst problem comes first
+and the human summary only fills what room is left: ``NOT READY: DDP_RANK_HUNG (+2 more)``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+MAX_LENGTH = 80
+SEVERITY = {"FAIL": 0, "ERROR": 1, "WARN": 2}
+INTERRUPTED_CODE = "RUN_INTERRUPTED"
+ERROR_CODE = "CHECK_ERROR"
+
+
+def problems(report: dict[str, Any]) -> list[dict[str, Any]]:
+    """Checks that ended FAIL, ERROR or WARN, worst first (report order within a status)."""
+    found = [c for c in report.get("checks", []) if c.get("status") in SEVERITY]
+    return sorted(found, key=lambda c: SEVERITY[c["status"]])
+
+
+def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
+    """``READY``, ``DEGRADED: NCCL_P2P_SLOW - ...`` or ``NOT READY: CODE (+N more) - summary``.
+
+    Plain ASCII, no newline, never longer than ``limit``; the code is never cut.
+    """
+    verdict = str(report.get("verdict", "UNKNOWN"))
+    found = problems(report)
+    if found:
+        worst = found[0]
+        code = worst.get("code") or ERROR_CODE
+        summary = str(worst.get("summary") or "")
+        extra = len(found) - 1
+    elif report.get("run", {}).get("interrupted"):
+        code, summary, extra = INTERRUPTED_CODE, str(report["run"].get("interruption") or ""), 0
+    else:
+        return _ascii(verdict)[:limit]
+    head = f"{verdict}: {code}" + (f" (+{extra} more)" if extra else "")
+    return _ascii(_fit(head, summary, limit))
+
+
+def _fit(head: str, summary: str, limit: int) -> str:
+    """``head - summary`` with the summary shortened (ending in ``...``) to stay within ``limit``."""
+    head = head[:limit]
+    summary = " ".join(summary.split())
+    room = limit - len(head) - len(" - ")
+    if not summary or room < 8:
+        return head
+    if len(summary) > room:
+        summary = summary[: room - 3].rstrip() + "..."
+    return f"{head} - {summary}"
+
+
+def _ascii(text: str) -> str:
+    """Drain reasons and NPD messages travel through tools that mangle non-ASCII: replace it."""
+    return text.encode("ascii", "replace").decode("ascii").replace("\n", " ")

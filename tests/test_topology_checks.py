@@ -1,0 +1,133 @@
+"""The topology checks end to end: pytest with the preflight plugin, a fake ``nvidia-smi`` on PATH
+printing a real capture, and the fake NVML machine of the same shape (tests/fakes/nvml_plugin.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPO_ROOT, TEST_DATA, validate_report
+
+CHECKS = (REPO_ROOT / "checks" / "test_topology.py").read_text()
+H100 = "8xH100-AWS-p5.48xlarge-NV18-no-NIC-columns-legend.txt"
+A100_SXM = "8xA100-SXM4-80GB-NV12-10NICs-8NUMA-DGX.txt"
+A100_PAIRS = "4xA100-80GB-PCIe-NV12-bridge-pairs-Azure-NC96ads.txt"
+
+
+def _fake_smi(bin_dir: Path, capture: Path | None, exit_code: int) -> None:
+    """An ``nvidia-smi`` that prints ``capture`` (or a driver failure) and exits with ``exit_code``."""
+    bin_dir.mkdir(exist_ok=True)
+    failure = "NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver."
+    body = f"cat '{capture}'\n" if capture else f"echo '{failure}'\n"
+    script = bin_dir / "nvidia-smi"
+    script.write_text(f"#!/bin/sh\n{body}exit {exit_code}\n")
+    script.chmod(0o755)
+
+
+def run_checks(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *, smi: Path | None,
+               profile: str | None, faults: dict[str, Any] | None = None, smi_exit: int = 0,
+               extra: tuple[str, ...] = ()) -> dict[str, Any]:
+    """Run the shipped topology checks in-process; each check's report entry by name, plus node facts and HTML."""
+    for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
+        monkeypatch.delenv(name, raising=False)
+    bin_dir = pytester.path / "bin"
+    if smi is not None or smi_exit:
+        _fake_smi(bin_dir, smi, smi_exit)
+    monkeypatch.setenv("PATH", f"{bin_dir}:/usr/bin:/bin")
+    pytester.makepyfile(test_topology=CHECKS)
+    out = pytester.path / "out"
+    args = ["-p", "no:cacheprovider", f"--preflight-report-dir={out}", *extra]
+    if profile is not None:
+        args += ["-p", "tests.fakes.nvml_plugin", f"--fake-nvml={profile}",
+                 f"--fake-nvml-faults={json.dumps(faults or {})}"]
+    result = pytester.runpytest(*args)
+    assert "Traceback" not in result.stdout.str() + result.stderr.str()
+    report = json.loads((out / "preflight.json").read_text())
+    validate_report(report)
+    checks: dict[str, Any] = {c["name"]: c for c in report["checks"]}
+    return checks | {"_node": report["node"], "_html": (out / "preflight.html").read_text()}
+
+
+def test_healthy_nvswitch_node(pytester, monkeypatch, shared_fixtures):
+    checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / H100, profile="8x-h100-sxm")
+    layout = checks["test_gpu_interconnect"]
+    assert layout["status"] == "PASS"
+    assert layout["summary"] == "8 GPUs, all pairs NV18 (NVSwitch): FSDP and ZeRO-3 will not be link-bound"
+    assert layout["views"][0]["kind"] == "matrix" and layout["views"][0]["data"]["cells"][0][1] == "NV18"
+    assert checks["test_nvlinks_all_active"]["summary"] == "8 GPUs, 18 active NVLinks each (NVLink 4.0)"
+    assert checks["test_topology_sources_agree"]["status"] == "PASS"
+    assert checks["test_gpu_cpu_affinity"]["summary"].startswith("GPU0-3: NUMA 0, CPUs 0-47,96-143")
+    p2p = checks["test_p2p_copies"]
+    assert p2p["status"] == "SKIP" and "no NVIDIA GPU pair visible to CUDA" in p2p["summary"]
+    assert checks["_node"]["topology"]["gpus"][7] == "GPU7"
+    assert checks["_html"].count('<td class="pfm-nv"') == 56
+
+
+def test_one_gpu_missing_its_nvlinks_fails_naming_it(pytester, monkeypatch, shared_fixtures):
+    checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / H100, profile="8x-h100-sxm",
+                        faults={"nvlinks_missing": [3]})
+    nvlinks = checks["test_nvlinks_all_active"]
+    assert nvlinks["status"] == "FAIL" and nvlinks["code"] == "NVLINK_LINKS_MISSING"
+    assert nvlinks["summary"].startswith("GPU3 has no active NVLink (peers have 18)")
+    assert "GPU0" not in nvlinks["summary"]
+    agree = checks["test_topology_sources_agree"]
+    assert agree["status"] == "WARN" and "GPU0-GPU3: nvidia-smi NV18, NVML NVLink P2P not available" in agree["summary"]
+
+
+def test_one_link_down_against_an_expected_count(pytester, monkeypatch, shared_fixtures):
+    checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / A100_SXM, profile="8x-a100-sxm",
+                        faults={"nvlink_down": [[6, 11]]}, extra=("--preflight-expect-nvlinks=12",))
+    nvlinks = checks["test_nvlinks_all_active"]
+    assert nvlinks["status"] == "FAIL"
+    assert nvlinks["summary"].startswith("GPU6 has 11 of 12 NVLinks active (expected 12)")
+
+
+def test_bridge_pairs_warn_that_all_reduce_runs_at_pcie_speed(pytester, monkeypatch, shared_fixtures):
+    checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / A100_PAIRS,
+                        profile="4x-a100-pcie-bridged")
+    layout = checks["test_gpu_interconnect"]
+    assert layout["status"] == "WARN" and layout["code"] == "TOPOLOGY_NVLINK_PAIRS_ONLY"
+    assert "only within pairs (0-1, 2-3)" in layout["summary"]
+    assert checks["test_nvlinks_all_active"]["status"] == "PASS"
+    assert checks["test_topology_sources_agree"]["status"] == "PASS"
+
+
+def test_this_cpu_node_skips_every_check_with_a_reason(pytester, monkeypatch):
+    checks = run_checks(pytester, monkeypatch, smi=None, profile=None)
+    for name in ("test_gpu_interconnect", "test_nvlinks_all_active", "test_topology_sources_agree",
+                 "test_gpu_cpu_affinity", "test_p2p_copies"):
+        assert checks[name]["status"] == "SKIP", name
+        assert checks[name]["summary"].startswith("no NVIDIA GPU"), checks[name]["summary"]
+
+
+def test_a_broken_driver_skips_with_the_nvml_cause(pytester, monkeypatch):
+    checks = run_checks(pytester, monkeypatch, smi=None, smi_exit=9, profile="8x-h100-sxm",
+                        faults={"init_error": "DRIVER_NOT_LOADED"})
+    layout = checks["test_gpu_interconnect"]
+    assert layout["status"] == "SKIP" and "the NVIDIA kernel driver is not loaded" in layout["summary"]
+
+
+def test_gpus_without_nvidia_smi_still_count_nvlinks(pytester, monkeypatch):
+    checks = run_checks(pytester, monkeypatch, smi=None, profile="8x-h100-sxm")
+    assert checks["test_gpu_interconnect"]["summary"] == (
+        "nvidia-smi not found on PATH: no topology matrix (NVML sees 8 GPUs)")
+    assert checks["test_nvlinks_all_active"]["status"] == "PASS"
+
+
+def test_an_unreadable_matrix_on_a_gpu_node_is_an_error(pytester, monkeypatch):
+    damaged = TEST_DATA / "topo" / "own" / "asymmetric.txt"
+    checks = run_checks(pytester, monkeypatch, smi=damaged, profile="4x-a100-pcie-bridged")
+    layout = checks["test_gpu_interconnect"]
+    assert layout["status"] == "ERROR" and layout["code"] == "TOPOLOGY_UNREADABLE"
+    assert "not symmetric" in layout["summary"] and "nvidia-smi topo -m" in layout["evidence"]
+
+
+def test_a_lost_gpu_makes_the_nvlink_check_an_error(pytester, monkeypatch, shared_fixtures):
+    checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / H100, profile="8x-h100-sxm",
+                        faults={"gpu_lost": [2]})
+    nvlinks = checks["test_nvlinks_all_active"]
+    assert nvlinks["status"] == "ERROR" and "GPU is lost" in nvlinks["summary"]
+    assert checks["test_gpu_interconnect"]["status"] == "PASS"
