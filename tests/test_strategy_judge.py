@@ -174,6 +174,8 @@ def test_the_memory_fit_pointer_names_the_rehearsing_check_or_the_option_to_add(
     assert rehearsal_pointer("zero2", ["ddp", "fsdp"]) == (
         "ZeRO-2 is not rehearsed in this run: add --strategy zero2 (needs DeepSpeed and GPUs) to run a tiny step "
         "with it.")
+    assert rehearsal_pointer("zero1", ["ddp", "fsdp"], fitting=("zero1", "zero2", "zero3", "fsdp")).endswith(
+        "to run a tiny step with it. FSDP2, which also fits, is rehearsed by test_strategy_step[fsdp].")
     assert rehearsal_pointer(None, ["ddp"]) == "" and rehearsal_pointer("offload", ["ddp"]) == ""
     assert set(CHECK_IDS) == {"ddp", "fsdp", "zero1", "zero2", "zero3"}
 

@@ -60,22 +60,29 @@ def strategy_unavailable(strategy: str, *, deepspeed_version: str | None, gpus: 
     return None
 
 
-def rehearsal_pointer(strategy: str | None, selected: Iterable[str]) -> str:
-    """For the memory-fit check: where ``strategy`` (its recommendation) is rehearsed in this run."""
+def rehearsal_pointer(strategy: str | None, selected: Iterable[str], fitting: Iterable[str] = ()) -> str:
+    """For the memory-fit check: where its recommended ``strategy`` is rehearsed in this run, or how
+    to rehearse it, naming a rehearsed strategy among the others that fit (``fitting``) if any."""
     if strategy is None or strategy not in TITLES:
         return ""
+    chosen = set(selected)
     title = TITLES[strategy]
-    if strategy in set(selected):
+    if strategy in chosen:
         what = "one step on every rank" if strategy == "ddp" else "a few steps and a checkpoint round trip"
         return f"{title} is rehearsed in this run by {CHECK_IDS[strategy]} ({what})."
     needs = " (needs DeepSpeed and GPUs)" if strategy in ZERO_STRATEGIES else ""
-    return f"{title} is not rehearsed in this run: add --strategy {strategy}{needs} to run a tiny step with it."
+    pointer = f"{title} is not rehearsed in this run: add --strategy {strategy}{needs} to run a tiny step with it."
+    also = [name for name in fitting if name in chosen and name != strategy and name in TITLES]
+    if also:
+        pointer += f" {TITLES[also[0]]}, which also fits, is rehearsed by {CHECK_IDS[also[0]]}."
+    return pointer
 
 
-def with_rehearsal_pointer(verdict: Verdict, strategy: str | None, selected: Iterable[str]) -> Verdict:
+def with_rehearsal_pointer(verdict: Verdict, strategy: str | None, selected: Iterable[str],
+                           fitting: Iterable[str] = ()) -> Verdict:
     """The memory-fit verdict pointing at the rehearsal of its recommended ``strategy``: appended to
     the remediation of a WARN or FAIL, to the summary otherwise, and kept as evidence."""
-    pointer = rehearsal_pointer(strategy, selected)
+    pointer = rehearsal_pointer(strategy, selected, fitting)
     if not pointer:
         return verdict
     if verdict.remediation:
