@@ -36,7 +36,8 @@ def rank_result(rank: int, **changes: Any) -> dict[str, Any]:
         "step_time_s": 0.2 + rank / 100, "probe_loss": 5.37, "param_sha256": "a" * 64,
         "shard_sha256": str(rank) * 64,
         "peak_memory_bytes": 340_000_000 + rank, "memory_kind": "cpu_peak_rss",
-        "checkpoint": {"available": True, "reason": None, "save_s": 0.45, "load_s": 0.57, "bytes": 3_290_763, "tensors": 277,
+        "checkpoint": {"available": True, "reason": None, "save_s": 0.45, "load_s": 0.57, "bytes": 3_290_763,
+                       "tensors": 277,
                        "mismatched": [], "mismatched_count": 0, "differed_before_load": True,
                        "probe_loss_after_load": 5.37, "removed": rank == 0 or None},
     }
