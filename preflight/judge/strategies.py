@@ -1,0 +1,299 @@
+"""Judging a strategy rehearsal (FSDP2, ZeRO-1/2/3): every rank finished, the loss is finite and
+falls, ranks agree where they must, and the checkpoint round trip gives back exactly what was saved.
+
+Launch failures reuse :func:`preflight.judge.ddp.judge_launch_failure`, except two that need their
+own words: a hang inside a checkpoint save or load (saves are collectives) and a DeepSpeed op that
+could not be built (the compiler's message is quoted).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from preflight.judge.ddp import judge_launch_failure
+from preflight.launch.torchrun import LaunchResult, RankOutcome
+from preflight.outcome import Metric, Verdict, View, fail, passed, warn
+from preflight.parse.op_build import find_op_build_failure
+from preflight.workers import phases
+
+STRATEGIES = ("ddp", "fsdp", "zero1", "zero2", "zero3")
+ZERO_STRATEGIES = ("zero1", "zero2", "zero3")
+TITLES = {"ddp": "DDP", "fsdp": "FSDP2", "zero1": "ZeRO-1", "zero2": "ZeRO-2", "zero3": "ZeRO-3"}
+CHECK_IDS = {"ddp": "test_ddp_step", **{name: f"test_strategy_step[{name}]" for name in STRATEGIES[1:]}}
+
+SAVE_HANG_FIX = ("Checkpoint saves and loads are collectives: call them on every rank (dcp.save, "
+                 "engine.save_checkpoint, accelerator.save_state), never inside `if rank == 0:`; a save "
+                 "called on rank 0 only hangs every rank until the process-group timeout. If every rank does "
+                 "call it, check the checkpoint directory's disk (free space, a stalled network mount).")
+OP_BUILD_FIX = ("DeepSpeed compiles its ops at the first step with ninja, a C++ compiler and nvcc from "
+                "CUDA_HOME: install the CUDA toolkit whose major.minor matches torch.version.cuda (see the toolkit "
+                "check), ninja and g++, or install DeepSpeed with its ops pre-built (DS_BUILD_OPS=1 pip install "
+                "deepspeed).")
+NUMPY_FIX = ("Install numpy in the job's environment (pip install numpy): torch.distributed.checkpoint and every "
+             "*_object collective convert through it, so the job's first checkpoint save would crash.")
+LOSS_FIX = ("A tiny model on a fixed batch must learn: a NaN/Inf or a loss that does not fall points at a faulty "
+            "GPU, a broken reduction or wrong mixed-precision settings; run the GPU checks and dcgmi diag -r 2.")
+DIVERGED_FIX = ("Ranks that see different losses or parameters after the same collectives have a faulty GPU, "
+                "link or NCCL setup: run the NCCL check and dcgmi diag on the named rank's device.")
+MISMATCH_FIX = ("The state loaded back differs from the state saved: check the checkpoint directory's filesystem "
+                "(a network mount that caches stale data, a full disk) and that the torch/DeepSpeed versions that "
+                "save and load agree.")
+
+FP32_TOLERANCE = 1e-6
+BF16_TOLERANCE = 1e-3
+
+
+def strategy_unavailable(strategy: str, *, deepspeed_version: str | None, gpus: int) -> str | None:
+    """Why ``strategy`` cannot be rehearsed here (the SKIP reason), or None when it can."""
+    if strategy not in ZERO_STRATEGIES:
+        return None
+    title = TITLES[strategy]
+    if deepspeed_version is None:
+        return (f"{title} not rehearsed: DeepSpeed is not installed in this environment "
+                "(pip install deepspeed, then run with --strategy zero1,zero2,zero3)")
+    if gpus < 1:
+        return (f"{title} not rehearsed: DeepSpeed {deepspeed_version} trains on CUDA GPUs and none is visible; "
+                "on gloo CPU ranks only DDP and FSDP2 are rehearsed")
+    return None
+
+
+def rehearsal_pointer(strategy: str | None, selected: Iterable[str], fitting: Iterable[str] = ()) -> str:
+    """For the memory-fit check: where its recommended ``strategy`` is rehearsed in this run, or how
+    to rehearse it, naming a rehearsed strategy among the others that fit (``fitting``) if any."""
+    if strategy is None or strategy not in TITLES:
+        return ""
+    chosen = set(selected)
+    title = TITLES[strategy]
+    if strategy in chosen:
+        what = "one step on every rank" if strategy == "ddp" else "a few steps and a checkpoint round trip"
+        return f"{title} is rehearsed in this run by {CHECK_IDS[strategy]} ({what})."
+    needs = " (needs DeepSpeed and GPUs)" if strategy in ZERO_STRATEGIES else ""
+    pointer = f"{title} is not rehearsed in this run: add --strategy {strategy}{needs} to run a tiny step with it."
+    also = [name for name in fitting if name in chosen and name != strategy and name in TITLES]
+    if also:
+        pointer += f" {TITLES[also[0]]}, which also fits, is rehearsed by {CHECK_IDS[also[0]]}."
+    return pointer
+
+
+def with_rehearsal_pointer(verdict: Verdict, strategy: str | None, selected: Iterable[str],
+                           fitting: Iterable[str] = ()) -> Verdict:
+    """The memory-fit verdict pointing at the rehearsal of its recommended ``strategy``: appended to
+    the remediation of a WARN or FAIL, to the summary otherwise, and kept as evidence."""
+    pointer = rehearsal_pointer(strategy, selected, fitting)
+    if not pointer:
+        return verdict
+    if verdict.remediation:
+        changed = dataclasses.replace(verdict, remediation=f"{verdict.remediation} {pointer}")
+    else:
+        changed = dataclasses.replace(verdict, summary=f"{verdict.summary} - {pointer.rstrip('.')}")
+    return changed.with_extra(evidence={"rehearsed strategy": pointer})
+
+
+def _ranks(ranks: Sequence[int]) -> str:
+    return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
+
+
+def _results(launch: LaunchResult) -> list[dict[str, Any]]:
+    return [((r.result or {}).get("result") or {}) for r in launch.ranks]
+
+
+def strategy_table(launch: LaunchResult) -> View:
+    """Per rank: state, device, step time, losses, digests, memory and the checkpoint figures."""
+    rows = []
+    for rank, result in zip(launch.ranks, _results(launch)):
+        device = (rank.result or {}).get("device", {})
+        detail = "" if rank.state == "finished" else (rank.where() if rank.state == "hung" else rank.error or "")
+        losses = result.get("losses") or []
+        checkpoint = result.get("checkpoint") or {}
+        trip = ("—" if not checkpoint else "unavailable" if not checkpoint.get("available")
+                else f"{checkpoint.get('mismatched_count', '?')} of {checkpoint.get('tensors', '?')} differ")
+        rows.append([rank.rank, rank.state, detail, device.get("id", "—"), _round(result.get("step_time_s")),
+                     _round(losses[0]) if losses else None, _round(losses[-1]) if losses else None,
+                     _round(result.get("probe_loss")), str(result.get("param_sha256", "—"))[:16],
+                     result.get("peak_memory_bytes"), _round(checkpoint.get("save_s")),
+                     _round(checkpoint.get("load_s")), trip])
+    highlight = [i for i, r in enumerate(launch.ranks) if r.state != "finished"]
+    return View("table", "Ranks", {"columns": ["rank", "state", "detail", "device", "step time (s)", "first loss",
+                                               "last loss", "probe loss", "param sha256", "peak memory (B)",
+                                               "save (s)", "load (s)", "round trip"],
+                                   "rows": rows, "highlight": highlight})
+
+
+def _round(value: Any) -> Any:
+    return round(value, 6) if isinstance(value, float) else value
+
+
+def judge_strategy_failure(launch: LaunchResult, strategy: str) -> Verdict | None:
+    """FAIL for a launch that did not finish, or None when every rank finished."""
+    if launch.ok:
+        return None
+    title, prefix = TITLES.get(strategy, strategy), strategy.upper()
+    evidence = launch.evidence()
+    hung = [r for r in launch.ranks if r.state == "hung"]
+    in_checkpoint = [r for r in hung if r.last_phase in phases.CHECKPOINT_PHASES]
+    if in_checkpoint:
+        phase = in_checkpoint[0].last_phase
+        what = "save" if phase == phases.CHECKPOINT_SAVE else "load"
+        others = [r for r in launch.ranks if r not in in_checkpoint]
+        elsewhere = "; ".join(f"rank {r.rank} {r.where() if r.state == 'hung' else r.state} (not in the {what})"
+                              for r in others)
+        summary = (f"{title}: the checkpoint {what} never completed: {_ranks([r.rank for r in in_checkpoint])} "
+                   f"waited in it for {max(r.idle_s or 0.0 for r in in_checkpoint):.0f} s"
+                   + (f"; {elsewhere}" if elsewhere else "") + f" (launch killed at its {launch.deadline_s:.0f} s "
+                   "deadline)")
+        return fail(f"{prefix}_CHECKPOINT_{what.upper()}_HUNG", summary, SAVE_HANG_FIX, evidence=evidence)
+    for rank in _crash_order(launch):
+        failure = find_op_build_failure(f"{rank.error or ''}\n{rank.log_tail}")
+        if failure is not None:
+            return fail(f"{prefix}_OP_BUILD_FAILED", f"{title}: {failure.describe()} (rank {rank.rank})",
+                        OP_BUILD_FIX, evidence=evidence)
+    return judge_launch_failure(launch, strategy)
+
+
+def _crash_order(launch: LaunchResult) -> list[RankOutcome]:
+    """Crashed ranks, the root cause first."""
+    root = launch.root_cause()
+    crashed = [r for r in launch.ranks if r.state == "crashed"]
+    return sorted(crashed, key=lambda r: (r.rank != root, r.rank))
+
+
+def _tolerance(results: Sequence[Mapping[str, Any]]) -> float:
+    return BF16_TOLERANCE if any("bf16" in str(r.get("precision", "")) for r in results) else FP32_TOLERANCE
+
+
+def _close(a: Any, b: Any, tolerance: float) -> bool:
+    try:
+        return math.isclose(float(a), float(b), rel_tol=tolerance, abs_tol=tolerance)
+    except (TypeError, ValueError):
+        return False
+
+
+def _losses_finite(result: Mapping[str, Any]) -> bool:
+    values = [*(result.get("losses") or []), *(result.get("local_losses") or []), result.get("probe_loss")]
+    return bool(result.get("losses")) and all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+
+
+def judge_strategy(launch: LaunchResult, strategy: str) -> Verdict:
+    """PASS when every rank finished, learned, agreed with the others and got its state back exactly."""
+    title, prefix = TITLES.get(strategy, strategy), strategy.upper()
+    table = strategy_table(launch)
+    failure = judge_strategy_failure(launch, strategy)
+    if failure is not None:
+        return failure.with_extra(views=[table])
+    results = _results(launch)
+    tolerance = _tolerance(results)
+
+    bad = [i for i, r in enumerate(results) if not _losses_finite(r)]
+    if bad:
+        return fail(f"{prefix}_LOSS_NOT_FINITE", f"{title}: the loss is not finite on {_ranks(bad)}", LOSS_FIX,
+                    views=(table,))
+    flat = [i for i, r in enumerate(results) if not r["losses"][-1] < r["losses"][0]]
+    if flat:
+        losses = results[flat[0]]["losses"]
+        return fail(f"{prefix}_LOSS_NOT_DECREASING",
+                    f"{title}: the loss did not fall over {len(losses)} steps on a fixed batch on {_ranks(flat)} "
+                    f"({losses[0]:.4f} -> {losses[-1]:.4f})", LOSS_FIX, views=(table,))
+
+    diverged = _divergence(results, tolerance)
+    if diverged:
+        what = "; ".join(f"rank {rank}: {', '.join(kinds)}" for rank, kinds in diverged.items())
+        return fail(f"{prefix}_RANKS_DIVERGED",
+                    f"{title}: {_ranks(list(diverged))} disagree with rank 0 where ranks must agree ({what})",
+                    DIVERGED_FIX, views=(table,))
+
+    checkpoint_problem = _judge_checkpoint(results, title, prefix, tolerance)
+    if checkpoint_problem is not None:
+        return checkpoint_problem.with_extra(metrics=strategy_metrics(launch, results), views=[table])
+
+    first = results[0]
+    checkpoint = first.get("checkpoint") or {}
+    slowest = max(float(r.get("step_time_s") or 0.0) for r in results)
+    backend = (launch.ranks[0].result or {}).get("backend", "?")
+    summary = (f"{launch.nproc} ranks ({backend}, {first.get('precision', '?')}) ran {len(first['losses'])} {title} "
+               f"steps: loss {first['losses'][0]:.3f} -> {first['losses'][-1]:.3f}, {slowest * 1000:.0f} ms per step "
+               f"(slowest rank); checkpoint of {_megabytes(checkpoint.get('bytes'))} saved by every rank and loaded "
+               f"back exactly ({checkpoint.get('tensors', '?')} tensors per rank, save "
+               f"{_max(results, 'save_s'):.2f} s, load {_max(results, 'load_s'):.2f} s)")
+    return passed(summary, metrics=tuple(strategy_metrics(launch, results)), views=(table,),
+                  details={"strategy": strategy, "api": first.get("api"), "precision": first.get("precision"),
+                           "config": first.get("config")})
+
+
+def _divergence(results: Sequence[Mapping[str, Any]], tolerance: float) -> dict[int, list[str]]:
+    """Ranks that differ from rank 0 in the global losses, the probe loss or the full parameters."""
+    reference = results[0]
+    out: dict[int, list[str]] = {}
+    for rank, result in enumerate(results[1:], start=1):
+        kinds = []
+        if len(result["losses"]) != len(reference["losses"]) or not all(
+                _close(a, b, tolerance) for a, b in zip(result["losses"], reference["losses"])):
+            kinds.append("loss averaged over ranks")
+        if not _close(result.get("probe_loss"), reference.get("probe_loss"), tolerance):
+            kinds.append(f"probe loss {result.get('probe_loss')} vs {reference.get('probe_loss')}")
+        if result.get("param_sha256") != reference.get("param_sha256"):
+            kinds.append("gathered parameters")
+        if kinds:
+            out[rank] = kinds
+    return out
+
+
+def _judge_checkpoint(results: Sequence[Mapping[str, Any]], title: str, prefix: str,
+                      tolerance: float) -> Verdict | None:
+    checkpoints = [r.get("checkpoint") or {} for r in results]
+    unavailable = [i for i, c in enumerate(checkpoints) if not c.get("available")]
+    if unavailable:
+        reason = checkpoints[unavailable[0]].get("reason") or "the worker reported no checkpoint"
+        summary = (f"{title}: the steps passed but no checkpoint round trip was possible on {_ranks(unavailable)}: "
+                   f"{reason}")
+        if "numpy" in reason:
+            # Only a job that saves with torch.distributed.checkpoint (or uses object collectives) breaks.
+            return warn(f"{prefix}_CHECKPOINT_NEEDS_NUMPY", summary, NUMPY_FIX)
+        return fail(f"{prefix}_CHECKPOINT_UNAVAILABLE", summary, MISMATCH_FIX)
+    bad = {}
+    for rank, (result, checkpoint) in enumerate(zip(results, checkpoints)):
+        problems = []
+        if checkpoint.get("mismatched_count"):
+            names = ", ".join(checkpoint.get("mismatched") or [])
+            problems.append(f"{checkpoint['mismatched_count']} of {checkpoint.get('tensors', '?')} tensors differ"
+                            + (f" ({names})" if names else ""))
+        if not _close(checkpoint.get("probe_loss_after_load"), result.get("probe_loss"), tolerance):
+            problems.append(f"probe loss {checkpoint.get('probe_loss_after_load')} after load vs "
+                            f"{result.get('probe_loss')} before save")
+        if problems:
+            bad[rank] = problems
+    if not bad:
+        return None
+    what = "; ".join(f"rank {rank}: {', '.join(p)}" for rank, p in bad.items())
+    return fail(f"{prefix}_CHECKPOINT_MISMATCH",
+                f"{title}: the checkpoint loaded back differs from the one saved on {_ranks(list(bad))} ({what})",
+                MISMATCH_FIX)
+
+
+def strategy_metrics(launch: LaunchResult, results: Sequence[Mapping[str, Any]]) -> list[Metric]:
+    """Per-rank step time and peak memory, the checkpoint figures and the launch's wall time."""
+    metrics = [Metric("launch_wall_time", round(launch.duration_s, 3), "s"), Metric("ranks", launch.nproc),
+               Metric("loss_first", float(results[0]["losses"][0])),
+               Metric("loss_last", float(results[0]["losses"][-1]))]
+    for rank, result in enumerate(results):
+        labels = {"rank": str(rank)}
+        metrics.append(Metric("step_time", float(result.get("step_time_s") or 0.0), "s", labels))
+        metrics.append(Metric("peak_memory", int(result.get("peak_memory_bytes") or 0), "B",
+                              {**labels, "kind": str(result.get("memory_kind", ""))}))
+    checkpoint = results[0].get("checkpoint") or {}
+    if not checkpoint.get("available"):
+        return metrics
+    metrics += [Metric("checkpoint_save_time", round(_max(results, "save_s"), 4), "s"),
+                Metric("checkpoint_load_time", round(_max(results, "load_s"), 4), "s"),
+                Metric("checkpoint_size", int(checkpoint.get("bytes") or 0), "B")]
+    return metrics
+
+
+def _max(results: Sequence[Mapping[str, Any]], key: str) -> float:
+    return max(float((r.get("checkpoint") or {}).get(key) or 0.0) for r in results)
+
+
+def _megabytes(value: Any) -> str:
+    return f"{value / 1e6:.1f} MB" if isinstance(value, (int, float)) else "? MB"

@@ -1,0 +1,195 @@
+"""DeepSpeed ZeRO stage 1, 2 or 3 on every rank: initialize, a few steps, a checkpoint round trip.
+
+``deepspeed.initialize`` gets a generated config (micro batch, gradient accumulation, bf16 where
+the GPU supports it, the stage). The first optimizer step is where DeepSpeed JIT-builds its ops;
+a build failure is re-raised with the compiler's message found in the rank's log. Every rank calls
+``save_checkpoint`` (it synchronises inside: a save called on rank 0 only hangs), then a fresh
+engine that started from other weights calls ``load_checkpoint``, and the gathered parameters and
+the loss on a shared probe batch are compared with the saved ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from preflight.parse.op_build import find_op_build_failure
+from preflight.workers import phases
+from preflight.workers.common import WorkerContext, worker_main
+
+DEFAULT_STEPS = 4
+DEFAULT_ACCUMULATION = 2
+LEARNING_RATE = 1e-2
+DATA_SEED = 2000
+CHECKPOINT_TAG = "preflight"
+
+
+class OpBuildError(RuntimeError):
+    """DeepSpeed could not build one of its ops; the message quotes the compiler."""
+
+
+def zero_config(*, stage: int, micro_batch: int, accumulation: int, world_size: int, bf16: bool,
+                learning_rate: float = LEARNING_RATE) -> dict[str, Any]:
+    """The DeepSpeed config of the rehearsal. ZeRO-3 shards even the tiny parameters (threshold 0),
+    so every layer's all-gather is exercised as in a large model."""
+    if stage not in (1, 2, 3):
+        raise ValueError(f"ZeRO stage must be 1, 2 or 3, got {stage}")
+    if micro_batch < 1 or accumulation < 1 or world_size < 1:
+        raise ValueError(f"micro batch, accumulation and world size must be >= 1, got "
+                         f"{micro_batch}, {accumulation}, {world_size}")
+    zero: dict[str, Any] = {"stage": stage}
+    if stage == 3:
+        zero["stage3_param_persistence_threshold"] = 0
+    return {
+        "train_micro_batch_size_per_gpu": micro_batch,
+        "gradient_accumulation_steps": accumulation,
+        "train_batch_size": micro_batch * accumulation * world_size,
+        "optimizer": {"type": "AdamW", "params": {"lr": learning_rate, "weight_decay": 0.0}},
+        "zero_optimization": zero,
+        "bf16": {"enabled": bf16},
+        "gradient_clipping": 1.0,
+        "steps_per_print": 1_000_000,
+        "wall_clock_breakdown": False,
+    }
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    """``--stage N --steps N --accumulation N --checkpoint-dir DIR``."""
+    parser = argparse.ArgumentParser(prog="preflight.workers.zero")
+    parser.add_argument("--stage", type=int, required=True, choices=(1, 2, 3))
+    parser.add_argument("--steps", type=int, default=DEFAULT_STEPS)
+    parser.add_argument("--accumulation", type=int, default=DEFAULT_ACCUMULATION)
+    parser.add_argument("--checkpoint-dir", type=Path, default=None)
+    return parser.parse_args(list(argv))
+
+
+def op_build_error(ctx: WorkerContext, exc: BaseException) -> OpBuildError | None:
+    """An :class:`OpBuildError` quoting the compiler when ``exc`` is a JIT build failure."""
+    try:
+        log = (ctx.run_dir / f"rank{ctx.rank}.log").read_text(errors="replace")
+    except OSError:
+        log = ""
+    failure = find_op_build_failure(f"{log}\n{type(exc).__name__}: {exc}")
+    return OpBuildError(failure.describe()) if failure is not None else None
+
+
+def parameter_digests(engine: Any, stage: int) -> dict[str, str]:
+    """``name -> sha256`` of every parameter in full (ZeRO-3 gathers them first, on every rank)."""
+    import deepspeed
+
+    from preflight.workers.tiny_model import tensor_digest
+
+    named = list(engine.module.named_parameters())
+    if stage != 3:
+        return {name: tensor_digest(param) for name, param in named}
+    with deepspeed.zero.GatheredParameters([param for _, param in named], modifier_rank=None):
+        return {name: tensor_digest(param) for name, param in named}
+
+
+def run(ctx: WorkerContext) -> dict[str, Any]:
+    """A few ZeRO steps and a checkpoint round trip; returns losses, timings, memory and digests."""
+    import deepspeed
+    import torch
+    import torch.distributed as dist
+
+    from preflight.workers import tiny_model as tm
+
+    args = parse_args(ctx.args)
+    bf16 = tm.bf16_supported(ctx)
+    spec = tm.ModelSpec()
+    config = zero_config(stage=args.stage, micro_batch=spec.batch, accumulation=args.accumulation,
+                         world_size=ctx.world_size, bf16=bf16)
+    if ctx.on_gpu:
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+
+    def engine_from(seed: int) -> Any:
+        model = tm.TinyTransformer(spec, seed)
+        engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
+        return engine
+
+    ctx.progress(f"{phases.BUILD}: deepspeed.initialize")
+    tokens = tm.token_batch(spec, DATA_SEED + ctx.rank, ctx.device)
+    losses: list[float] = []
+    step_times: list[float] = []
+    try:
+        engine = engine_from(tm.MODEL_SEED)
+        ctx.progress(f"{phases.STEPS}; DeepSpeed builds its ops at the first step")
+        for _ in range(args.steps):
+            def step() -> float:
+                total = 0.0
+                for _ in range(args.accumulation):
+                    loss = tm.lm_loss(engine, tokens)
+                    engine.backward(loss)
+                    engine.step()
+                    total += float(loss.detach())
+                return total / args.accumulation
+
+            local, seconds = tm.timed(ctx, step)
+            step_times.append(seconds)
+            losses.append(local)
+    except Exception as exc:
+        build = op_build_error(ctx, exc)
+        if build is not None:
+            raise build from exc
+        raise
+    global_losses = [sum(tm.every_rank(ctx, value)) / ctx.world_size for value in losses]
+
+    ctx.progress(phases.AGREEMENT)
+    probe_tokens = tm.token_batch(spec, tm.PROBE_SEED, ctx.device)
+
+    def probe(e: Any) -> float:
+        with torch.no_grad():
+            return float(tm.lm_loss(e, probe_tokens))
+
+    probe_loss = probe(engine)
+    saved = parameter_digests(engine, args.stage)
+    digest = _combined(saved)
+
+    path = args.checkpoint_dir or ctx.run_dir / "checkpoint"
+    ctx.progress(phases.CHECKPOINT_SAVE)
+    _, save_s = tm.timed(ctx, lambda: engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG))
+    size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+
+    ctx.progress(phases.CHECKPOINT_LOAD)
+    fresh = engine_from(tm.FRESH_MODEL_SEED)
+    before = parameter_digests(fresh, args.stage)
+    (loaded_path, _), load_s = tm.timed(ctx, lambda: fresh.load_checkpoint(str(path), tag=CHECKPOINT_TAG))
+
+    ctx.progress(phases.CHECKPOINT_VERIFY)
+    loaded = parameter_digests(fresh, args.stage)
+    mismatched = tm.differences(saved, loaded)
+    probe_after = probe(fresh)
+
+    ctx.progress(phases.CHECKPOINT_REMOVE)
+    dist.barrier()
+    if ctx.rank == 0:
+        shutil.rmtree(path, ignore_errors=True)
+    peak, memory_kind = tm.peak_memory(ctx)
+    checkpoint = {"available": loaded_path is not None, "reason": None if loaded_path else
+                  "load_checkpoint found no checkpoint to load", "path": str(path), "save_s": save_s,
+                  "load_s": load_s, "bytes": size, "tensors": len(saved), "mismatched": mismatched[:5],
+                  "mismatched_count": len(mismatched), "differed_before_load": before != saved,
+                  "probe_loss_after_load": probe_after, "removed": not path.exists() if ctx.rank == 0 else None}
+    return {"strategy": f"zero{args.stage}", "api": f"deepspeed {getattr(deepspeed, '__version__', '?')}",
+            "precision": "bf16" if bf16 else "fp32", "config": config,
+            **tm.summary(global_losses, step_times), "local_losses": losses, "probe_loss": probe_loss,
+            "param_sha256": digest,
+            "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters()),
+            "peak_memory_bytes": peak, "memory_kind": memory_kind, "checkpoint": checkpoint}
+
+
+def _combined(digests: dict[str, str]) -> str:
+    """One sha256 over every parameter's digest, in name order."""
+    import hashlib
+
+    combined = hashlib.sha256()
+    for name in sorted(digests):
+        combined.update(f"{name}={digests[name]};".encode())
+    return combined.hexdigest()
+
+
+if __name__ == "__main__":
+    worker_main(run)

@@ -1,0 +1,80 @@
+"""``--strategy``: parsing, the default with and without DeepSpeed, and skipping what is not selected."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+from preflight.fixtures import strategies as module
+from preflight.fixtures.strategies import StrategySelection, parse_strategies, selected_strategies, strategy_option
+
+
+@pytest.mark.parametrize(
+    ("text", "names"),
+    [
+        ("fsdp", ("fsdp",)),
+        ("ddp,zero2", ("ddp", "zero2")),
+        (" FSDP , ddp ", ("fsdp", "ddp")),
+        ("zero3,zero3", ("zero3",)),
+        ("all", ("ddp", "fsdp", "zero1", "zero2", "zero3")),
+        ("fsdp,all", ("ddp", "fsdp", "zero1", "zero2", "zero3")),
+    ],
+)
+def test_names_and_comma_lists_parse(text, names):
+    assert parse_strategies(text) == names
+    assert strategy_option(text) == ",".join(names)
+    assert parse_strategies(strategy_option(text)) == names  # the CLI hands the value on to pytest unchanged
+
+
+@pytest.mark.parametrize(("text", "message"), [("zero4", "unknown strategy 'zero4'; expected ddp, fsdp, zero1"),
+                                               (",", "expected a strategy name"), ("", "expected a strategy name")])
+def test_bad_names_are_one_line_errors(text, message):
+    with pytest.raises(ValueError, match=message):
+        strategy_option(text)
+
+
+def test_the_default_adds_zero_only_when_deepspeed_is_installed():
+    assert selected_strategies(None, None) == ("ddp", "fsdp")
+    assert selected_strategies([], "0.16.4") == ("ddp", "fsdp", "zero1", "zero2", "zero3")
+
+
+def test_repeated_options_add_up_in_a_fixed_order():
+    assert selected_strategies(["zero2", "fsdp,ddp"], None) == ("ddp", "fsdp", "zero2")
+
+
+def test_deepspeed_is_found_by_its_metadata_without_importing_it(monkeypatch):
+    monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.16.4" if name == "deepspeed" else "1")
+    assert module.deepspeed_version() == "0.16.4"
+
+    def absent(name: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(name)
+
+    monkeypatch.setattr(importlib.metadata, "version", absent)
+    assert module.deepspeed_version() is None
+
+
+def test_a_strategy_not_selected_skips_its_check_with_the_way_to_add_it():
+    selection = StrategySelection(("ddp",), explicit=True)
+    assert "ddp" in selection and "fsdp" not in selection
+    selection.require("ddp")
+    with pytest.raises(pytest.skip.Exception, match=r"strategy fsdp not selected \(--strategy selects ddp\); add "
+                       r"--strategy fsdp"):
+        selection.require("fsdp")
+
+
+CHECKS_UNDER_TEST = '''
+from checks.test_strategies import *  # noqa: F403 - this checkout's check, run inline
+'''
+
+
+def test_the_check_skips_unselected_and_unavailable_strategies_without_launching(pytester: pytest.Pytester):
+    pytester.makepyfile(test_inline=CHECKS_UNDER_TEST)
+    out = pytester.path / "out"
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--preflight-report-dir={out}",
+                                "--preflight-strategy=ddp,zero2", "-rs")
+    result.assert_outcomes(skipped=4)
+    text = result.stdout.str()
+    assert "strategy fsdp not selected (--strategy selects ddp, zero2)" in text
+    assert "ZeRO-2 not rehearsed: DeepSpeed is not installed" in text or "trains on CUDA GPUs" in text
+    assert not (out / "logs").exists()  # nothing was launched
