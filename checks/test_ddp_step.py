@@ -10,7 +10,8 @@ DDP_WANTED_S = 90.0
 
 
 @pytest.mark.distributed
-def test_ddp_step(record, launch_worker, ddp_worker_module):
+def test_ddp_step(record, launch_worker, ddp_worker_module, strategies):
     """One DDP step on every rank leaves identical parameters"""
+    strategies.require("ddp")
     launch = launch_worker(ddp_worker_module, name="ddp", wanted_s=DDP_WANTED_S)
     record(judge_ddp_step(launch))

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from preflight.judge.memory_fit import DEFAULT_HEADROOM, judge_memory_fit, plan_memory_fit
+from preflight.judge.strategies import with_rehearsal_pointer
 from preflight.outcome import skip
 
 
-def test_memory_fit(record, settings, gpu_memory, bytes_per_param):
+def test_memory_fit(record, settings, gpu_memory, bytes_per_param, strategies):
     """The model fits this node's GPUs with at least one strategy"""
     params = settings.option("model_params")
     if params is None:
@@ -22,4 +23,5 @@ def test_memory_fit(record, settings, gpu_memory, bytes_per_param):
         largest_layer_params=settings.option("largest_layer_params"),
         headroom=settings.option("headroom") or DEFAULT_HEADROOM,
     )
-    record(judge_memory_fit(plan).with_extra(evidence={"gpu memory source": gpu_memory.source}))
+    verdict = with_rehearsal_pointer(judge_memory_fit(plan), plan.recommended, strategies.names, plan.fitting)
+    record(verdict.with_extra(evidence={"gpu memory source": gpu_memory.source}))

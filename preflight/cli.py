@@ -133,6 +133,35 @@ def _check_torch() -> None:
                          "environment, e.g. pip install --force-reinstall torch") from None
 
 
+def _run_pytest(argv: list[str]) -> tuple[int, str]:
+    """Run pytest with its Python-level stderr held back: a usage error from options passed after
+    ``--`` is several lines of pytest usage, and the user gets one line instead."""
+    import io
+
+    import pytest
+
+    held = io.StringIO()
+    real = sys.stderr
+    sys.stderr = held
+    try:
+        code = pytest.main(argv)
+    finally:
+        sys.stderr = real
+    return int(code), held.getvalue()
+
+
+def _usage_line(errors: str) -> str:
+    """The telling line of pytest's usage error (``error: unrecognized arguments: ...``)."""
+    lines = [line.strip() for line in errors.splitlines() if line.strip()]
+    for line in lines:
+        if ": error: " in line:
+            return line.split(": error: ", 1)[1]
+    for line in lines:
+        if line.startswith("ERROR: ") and not line.startswith("ERROR: usage"):
+            return line.removeprefix("ERROR: ")
+    return lines[0] if lines else "pytest refused the arguments"
+
+
 def run(argv: list[str]) -> int:
     """Run the checks and return the exit code."""
     import pytest
@@ -149,9 +178,10 @@ def run(argv: list[str]) -> int:
     _check_torch()
     stale = report_dir / "preflight.json"
     stale.unlink(missing_ok=True)
-    code = pytest.main(pytest_argv(args, extra))
+    code, errors = _run_pytest(pytest_argv(args, extra))
     if code == pytest.ExitCode.USAGE_ERROR:
-        return EXIT_USAGE
+        raise UsageError(_usage_line(errors))
+    sys.stderr.write(errors)
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         raise UsageError("no check matches the selection (-k / -m)")
     try:

@@ -24,6 +24,7 @@ from preflight.outcome import Status, Verdict, error
 from preflight.recording import STATE_KEY, CheckState, Recorder, apply_to_report, verdict_for_phase
 from preflight.report.collector import ReportCollector
 from preflight.report.model import CheckResult
+from preflight.report.redact import redact_text
 from preflight.settings import CORE_OPTIONS, Settings
 
 # Every module of preflight.fixtures is a plugin of its own (fixtures and options for one area).
@@ -159,7 +160,20 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         collector = item.config.stash.get(COLLECTOR_KEY, None)
         if collector is not None:
             collector.add_result(_check_result(item, final, state))
+    _redact_report(report)
     return report
+
+
+def _redact_report(report: pytest.TestReport) -> None:
+    """What pytest itself writes (JUnit XML, terminal) gets the same scrubbing as our reports."""
+    if isinstance(report.longrepr, tuple) and len(report.longrepr) == 3:
+        path, lineno, reason = report.longrepr
+        report.longrepr = (path, lineno, redact_text(str(reason)))
+    elif report.longrepr is not None:
+        report.longrepr = redact_text(str(report.longrepr))
+    report.sections = [(title, redact_text(text)) for title, text in report.sections]
+    report.user_properties = [(name, redact_text(value) if isinstance(value, str) else value)
+                              for name, value in report.user_properties]
 
 
 def _check_result(item: pytest.Item, verdict: Verdict, state: CheckState) -> CheckResult:

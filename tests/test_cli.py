@@ -40,7 +40,7 @@ def test_a_healthy_cpu_node_is_ready_and_writes_every_report(tmp_path):
     assert ddp["status"] == "PASS" and "identical parameters" in ddp["summary"]
     assert (out / "preflight.html").read_text().startswith("<!DOCTYPE html>")
     assert (out / "preflight-junit.xml").exists()
-    assert time.monotonic() - started < 120
+    assert time.monotonic() - started < 240  # two launches (DDP, FSDP2) plus the all-reduce sweep on 2 cores
 
 
 def test_reports_default_to_reports_in_the_current_directory(tmp_path):

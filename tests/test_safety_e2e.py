@@ -32,10 +32,6 @@ pytestmark = pytest.mark.subprocess
 PLANTED_CHECKS = str(REPO_ROOT / "tests" / "fakes" / "planted_checks.py")
 HOSTILE = ["-p", "tests.fakes.hostile_node", PLANTED_CHECKS]
 REPORT_FILES = ("preflight.json", "preflight.html", "preflight.jsonl", "preflight-junit.xml")
-JUNIT_LEAKS = ("the JUnit XML carries each check's summary unredacted (user property preflight.summary, "
-               "<failure message>, and the failure text / assertion repr): plugin.py does not pass "
-               "report.longrepr and the preflight.summary property through redact_text")
-
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_TEST_")}
@@ -115,8 +111,7 @@ def _leaks(text: str) -> list[str]:
 
 @pytest.mark.parametrize(
     "name",
-    [*(pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=JUNIT_LEAKS)) if n.endswith(".xml") else n
-       for n in REPORT_FILES)],
+    REPORT_FILES,
 )
 def test_no_planted_secret_in_a_report_file(leaky_run: dict[str, Any], name: str) -> None:
     path = leaky_run["out"] / name
@@ -268,10 +263,6 @@ def test_hostname_markup_stays_inside_the_title(html_document: _Document) -> Non
 # (3) Interruption: SIGINT / SIGTERM at several points leave valid partial reports, no workers
 # ---------------------------------------------------------------------------------------------
 
-REPORT_WRITING = ("a signal during report writing (render_html) escapes write_reports: preflight.html, "
-                  "the JUnit XML and the jsonl 'finish' line are never written; collector.write_reports "
-                  "should hold SIGINT/SIGTERM until its files are in place")
-
 # point -> (-k selection, checks finished before the signal, checks that must be listed as not run)
 POINTS: dict[str, tuple[str, set[str], set[str]]] = {
     "collect": ("planted_pass or planted_stall or ddp", set(), set()),
@@ -306,8 +297,7 @@ def _wait_for(point: str, mark: Path, proc: subprocess.Popen[str], run: str, lim
         ("collect", "SIGINT"), ("collect", "SIGTERM"), ("collected", "SIGTERM"),
         ("check", "SIGINT"), ("check", "SIGTERM"),
         ("launch", "SIGINT"), ("launch", "SIGTERM"), ("launch", "ctrl-c"),
-        pytest.param("report", "SIGINT", marks=pytest.mark.xfail(strict=True, reason=REPORT_WRITING)),
-        pytest.param("report", "SIGTERM", marks=pytest.mark.xfail(strict=True, reason=REPORT_WRITING)),
+        ("report", "SIGINT"), ("report", "SIGTERM"),
     ],
 )  # fmt: skip
 def test_interrupted_run_leaves_a_valid_partial_report(tmp_path: Path, point: str, how: str) -> None:
@@ -419,8 +409,6 @@ def test_malformed_selection_is_one_line(tmp_path: Path, args: list[str]) -> Non
     assert "Traceback" not in result.stdout + result.stderr
 
 
-@pytest.mark.xfail(strict=True, reason="options after -- go to pytest unchanged; pytest's own usage error is "
-                   "several lines (usage, 'error: unrecognized arguments', inifile, rootdir), not one")
 def test_unknown_pytest_option_after_separator_is_one_line(tmp_path: Path) -> None:
     result = _preflight(["--report-dir", str(tmp_path / "r"), "--", "--no-such-pytest-option"], cwd=tmp_path)
     _assert_one_line_usage_error(result.returncode, result.stdout, result.stderr, what="-- --no-such-pytest-option")

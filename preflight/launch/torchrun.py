@@ -155,17 +155,21 @@ def launch(
     nproc: int,
     deadline_s: float,
     args: Sequence[str] = (),
-    env_overrides: Mapping[str, str] | None = None,
+    env_overrides: Mapping[str, str | None] | None = None,
     backend: str = "auto",
     pg_timeout_s: float | None = None,
     run_dir: Path | None = None,
 ) -> LaunchResult:
     """Run ``python -m <worker>`` on ``nproc`` ranks under torchrun; never outlive ``deadline_s`` by more
-    than the kill grace. ``env_overrides`` values of ``None`` are not allowed: pass the full value."""
+    than the kill grace. An ``env_overrides`` value of ``None`` removes that variable for the launch."""
     run_dir = Path(run_dir) if run_dir else Path(tempfile.mkdtemp(prefix="preflight-launch-"))
     run_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
-    env.update(env_overrides or {})
+    for key, value in (env_overrides or {}).items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
     env[RUN_DIR_ENV] = str(run_dir)
     env[BACKEND_ENV] = backend
     # The process group's own timeout is longer than the deadline, so a hang is seen by the launcher

@@ -108,7 +108,29 @@ class ReportCollector:
         return EXIT_OK
 
     def write_reports(self) -> None:
-        """Build the report and write JSON then HTML atomically; safe to call from any thread once."""
+        """Build the report and write JSON then HTML atomically; safe to call from any thread once.
+
+        In the main thread, Ctrl-C and SIGTERM are held while the files are written (a signal
+        would otherwise abort them half way); a held signal marks the run interrupted and the
+        reports are written once more, so they say so."""
+        if threading.current_thread() is not threading.main_thread():
+            self._write_reports()
+            return
+        held: list[int] = []
+        previous = {s: signal.signal(s, lambda signum, frame: held.append(signum))
+                    for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            self._write_reports()
+            if held and not self.record.interrupted:
+                self.record.interrupted = True
+                self.record.interruption = f"{signal.Signals(held[0]).name} while the reports were written"
+                self.report, self.written = None, []
+                self._write_reports()
+        finally:
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+
+    def _write_reports(self) -> None:
         with self._write_lock:
             if self.report is not None:
                 return
