@@ -17,7 +17,9 @@ def capture(release: str) -> Path:
     """The shared ``nvcc --version`` capture for a release, e.g. ``"12.4"``."""
     matches = sorted(NVCC_CAPTURES.glob(f"nvcc-{release}-V*.txt"))
     if not matches:
-        raise FileNotFoundError(f"no shared nvcc capture for {release} in {NVCC_CAPTURES}")
+        import pytest
+
+        pytest.skip(f"no shared nvcc capture for {release} in {NVCC_CAPTURES} (../shared/fixtures absent)")
     return matches[0]
 
 
