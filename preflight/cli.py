@@ -17,22 +17,14 @@ import pkgutil
 import sys
 import warnings
 from pathlib import Path
-from typing import NoReturn
 
 import preflight
 import preflight.commands
 from preflight.errors import EXIT_USAGE, UsageError
 from preflight.locations import checks_dir
-from preflight.options import Option, join_negative_values
+from preflight.options import Option, UsageParser, argparse_type, join_negative_values
 
 JUNIT_NAME = "preflight-junit.xml"
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors are one line and exit code 2, never a usage dump."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
 
 
 def subcommands() -> dict[str, str]:
@@ -44,10 +36,10 @@ def subcommands() -> dict[str, str]:
 def build_parser(convert: bool = True) -> argparse.ArgumentParser:
     """The run's options: every declared option, plus pytest's selection flags. With ``convert``
     off the values stay as the user typed them (that text is what pytest parses again)."""
-    from preflight.plugin import all_options, argparse_type
+    from preflight.plugin import all_options
 
     names = ", ".join(sorted(subcommands()))
-    parser = _Parser(
+    parser = UsageParser(
         prog="preflight",
         description="Is this multi-GPU node ready for a long torchrun job? Runs every check and answers "
         "READY, DEGRADED or NOT READY, writing preflight.json, preflight.html and JUnit XML.",

@@ -7,11 +7,14 @@ Areas declare their own options as ``OPTIONS`` in their ``preflight/fixtures/<ar
 
 from __future__ import annotations
 
+import argparse
 import importlib
 import pkgutil
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
+
+from preflight.errors import UsageError
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -58,6 +61,26 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise ValueError(f"expected a finite number > 0, got {text!r}")
     return value
+
+
+class UsageParser(argparse.ArgumentParser):
+    """argparse whose errors become one-line :class:`UsageError` (exit code 2), never a usage dump."""
+
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(message)
+
+
+def argparse_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:
+    """Wrap a converter so its ValueError message reaches the user verbatim."""
+
+    def wrapped(text: str) -> Any:
+        try:
+            return convert(text)
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+
+    wrapped.__name__ = getattr(convert, "__name__", "value")
+    return wrapped
 
 
 def area_options() -> list[Option]:

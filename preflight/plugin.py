@@ -8,10 +8,9 @@ are collected or a report directory is given on the command line.
 
 from __future__ import annotations
 
-import argparse
 import pkgutil
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Generator
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +18,7 @@ import pytest
 
 import preflight.fixtures
 from preflight.locations import checks_dir
-from preflight.options import Option, area_options
+from preflight.options import Option, area_options, argparse_type
 from preflight.outcome import Status, Verdict, error
 from preflight.recording import STATE_KEY, CheckState, Recorder, apply_to_report, verdict_for_phase
 from preflight.report.collector import ReportCollector
@@ -50,19 +49,6 @@ class DeadlinePassed(Exception):
 def all_options() -> list[Option]:
     """Core options, the slow switch, then every area's options."""
     return [*CORE_OPTIONS, SLOW_OPTION, *area_options()]
-
-
-def argparse_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:
-    """Wrap a converter so its ValueError message reaches the user verbatim."""
-
-    def wrapped(text: str) -> Any:
-        try:
-            return convert(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    wrapped.__name__ = getattr(convert, "__name__", "value")
-    return wrapped
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:

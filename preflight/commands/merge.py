@@ -10,22 +10,17 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import NoReturn
 
 from preflight.errors import EXIT_NOT_READY, EXIT_OK, UsageError
+from preflight.options import UsageParser
 from preflight.report.fleet import NodeReport, build_fleet, unique_names
 from preflight.report.fleet_html import render_fleet_html
 from preflight.report.saved import UnreadableReport, load_report
 from preflight.report.writer import dump_json, write_atomic
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="preflight merge", description="Merge nodes' preflight.json files into one fleet report "
+    parser = UsageParser(prog="preflight merge", description="Merge nodes' preflight.json files into one fleet report "
                      "(fleet.json and fleet.html).")
     parser.add_argument("reports", nargs="+", type=Path, metavar="REPORT.json", help="one preflight.json per node")
     parser.add_argument("--out", type=Path, default=Path("fleet"), metavar="DIR",

@@ -8,28 +8,21 @@ too. Exit code 0 after a successful analysis, 2 when the file cannot be read.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
-from typing import Any, NoReturn
+from typing import Any
 
 from preflight.errors import UsageError
+from preflight.options import UsageParser
 from preflight.judge.nccl import human_bytes
 from preflight.parse.nccl_explain import explain
 from preflight.parse.nccl_log import NcclLogError, analyze
 from preflight.parse.nccl_tests import NcclTestsError, contains_table, parse_nccl_tests
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that reports bad usage as :class:`UsageError` instead of exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def main(argv: list[str]) -> int:
     """Entry point of ``preflight nccl-log``."""
-    parser = _Parser(prog="preflight nccl-log", description="Explain a saved NCCL_DEBUG=INFO log.")
+    parser = UsageParser(prog="preflight nccl-log", description="Explain a saved NCCL_DEBUG=INFO log.")
     parser.add_argument("file", help="log file to read, or - for standard input")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)

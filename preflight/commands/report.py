@@ -11,24 +11,19 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import NoReturn
 
 import jinja2
 
 from preflight.errors import EXIT_NOT_READY, EXIT_OK, UsageError
+from preflight.options import UsageParser
 from preflight.report.html import render_html
 from preflight.report.oneline import format_oneline
 from preflight.report.saved import UnreadableReport, load_report
 from preflight.report.writer import write_atomic
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="preflight report", description="Re-render the HTML of a saved preflight.json, or print "
+    parser = UsageParser(prog="preflight report", description="Re-render the HTML of a saved preflight.json, or print "
                      "its one-line status.")
     parser.add_argument("report", type=Path, metavar="REPORT.json", help="a preflight.json written by preflight")
     parser.add_argument("--out", type=Path, metavar="FILE", help="HTML file to write (default: REPORT.html beside it)")

@@ -10,11 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
 
 from preflight.errors import UsageError
-from preflight.options import join_negative_values
+from preflight.options import UsageParser, argparse_type, join_negative_values
 from preflight.judge.memory_fit import DEFAULT_HEADROOM, GpuMemory, plan_as_dict, plan_lines, plan_memory_fit
 from preflight.judge.sizing import parse_bytes_per_param
 from preflight.parse.quantity import parse_headroom, parse_memory_size, parse_param_count
@@ -22,28 +20,8 @@ from preflight.parse.quantity import parse_headroom, parse_memory_size, parse_pa
 _VALUE_OPTIONS = ("--model-params", "--gpus", "--gpu-memory", "--bytes-per-param", "--largest-layer-params", "--headroom")
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse that raises UsageError instead of printing and exiting."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
-def _checked(parse: Callable[[str], Any]) -> Callable[[str], Any]:
-    """Wrap a parser so argparse reports its own message, not a generic 'invalid value'."""
-
-    def convert(text: str) -> Any:
-        try:
-            return parse(text)
-        except ValueError as exc:
-            raise argparse.ArgumentTypeError(str(exc)) from None
-
-    convert.__name__ = parse.__name__
-    return convert
-
-
 def _gpu_count(text: str) -> int:
-    """A whole number of GPUs, at least one."""
+    """A whole number of GPUs, at least one (the message names the GPU count)."""
     try:
         value = int(text)
     except ValueError:
@@ -55,21 +33,21 @@ def _gpu_count(text: str) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     """The options of ``preflight size``."""
-    parser = _Parser(
+    parser = UsageParser(
         prog="preflight size",
         description="Model-state memory per GPU for DDP, ZeRO-1/2/3 and FSDP, before activations.",
     )
-    parser.add_argument("--model-params", required=True, type=_checked(parse_param_count), metavar="N",
+    parser.add_argument("--model-params", required=True, type=argparse_type(parse_param_count), metavar="N",
                         help="model size: 7B, 7e9, 7000M, 1.5T, 350k")
-    parser.add_argument("--gpus", required=True, type=_checked(_gpu_count), metavar="N", help="number of GPUs (ranks)")
-    parser.add_argument("--gpu-memory", required=True, type=_checked(parse_memory_size), metavar="SIZE",
+    parser.add_argument("--gpus", required=True, type=argparse_type(_gpu_count), metavar="N", help="number of GPUs (ranks)")
+    parser.add_argument("--gpu-memory", required=True, type=argparse_type(parse_memory_size), metavar="SIZE",
                         help="memory of one GPU: 80GB (10^9 bytes), 80GiB, 81559MiB")
-    parser.add_argument("--bytes-per-param", type=_checked(parse_bytes_per_param), default=None, metavar="SPEC",
+    parser.add_argument("--bytes-per-param", type=argparse_type(parse_bytes_per_param), default=None, metavar="SPEC",
                         help="a total (16) or a split weights=2,master=4,optimizer=8,gradients=4 (default 18)")
-    parser.add_argument("--largest-layer-params", type=_checked(parse_param_count), default=None, metavar="N",
+    parser.add_argument("--largest-layer-params", type=argparse_type(parse_param_count), default=None, metavar="N",
                         help="parameters of the largest layer gathered by ZeRO-3/FSDP "
                         "(default: 10%% of the model, at most 2.5B)")
-    parser.add_argument("--headroom", type=_checked(parse_headroom), default=DEFAULT_HEADROOM, metavar="SIZE",
+    parser.add_argument("--headroom", type=argparse_type(parse_headroom), default=DEFAULT_HEADROOM, metavar="SIZE",
                         help="memory kept for activations: a percentage of each GPU (default 20%%) or a size")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     return parser

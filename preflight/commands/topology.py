@@ -12,9 +12,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any
 
 from preflight.errors import UsageError
+from preflight.options import UsageParser
 from preflight.judge.topology import classify, judge_affinity, judge_layout, judge_nvlink_balance
 from preflight.outcome import Verdict
 from preflight.parse.topo import TopologyParseError, TopoMatrix, parse_topo_matrix
@@ -24,15 +25,8 @@ LIVE_ARGV = ("nvidia-smi", "topo", "-m")
 DEFAULT_TIMEOUT_S = 180.0  # topo -m took 112 s on one AMD host (NVIDIA/nccl#557)
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse whose errors become a one-line UsageError (exit 2)."""
-
-    def error(self, message: str) -> NoReturn:
-        raise UsageError(message)
-
-
 def _parser() -> argparse.ArgumentParser:
-    parser = _Parser(
+    parser = UsageParser(
         prog="preflight topology",
         description="Explain an `nvidia-smi topo -m` matrix: how the GPUs are linked and what that means "
         "for DDP/FSDP/DeepSpeed. Reads FILE, stdin with '-', or runs nvidia-smi on this node.",

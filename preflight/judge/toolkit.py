@@ -84,7 +84,7 @@ def judge_toolkit(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
     """Is there a toolkit a JIT build can use? Missing: WARN, or FAIL when DeepSpeed is expected."""
     torch, home = facts.torch, facts.cuda_home
     found = "; ".join(probe.describe() for probe in facts.nvcc_on_path + facts.other_toolkits) or "no nvcc found"
-    headers = "" if home.has_headers or not home.path else f", which has no include/cuda_runtime_api.h"
+    headers = "" if home.has_headers or not home.path else ", which has no include/cuda_runtime_api.h"
     resolved = (
         f"CUDA_HOME would resolve to {home.path} ({home.source}){headers}"
         if home.path
