@@ -144,9 +144,12 @@ def _ranks(ranks: list[int]) -> str:
 
 
 def torchrun_argv(worker: str, nproc: int, args: Sequence[str] = ()) -> list[str]:
-    """The command line of a launch: the same launcher a user's job uses."""
+    """The command line of a launch: the same launcher a user's job uses. ``worker`` is a module
+    (``preflight.workers.ddp``), or a script path ending in ``.py`` that torchrun runs as a file
+    (the rehearsal's bootstrap, which must run without preflight importable)."""
+    entry = [worker] if worker.endswith(".py") else ["-m", worker]
     return [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}",
-            "--max-restarts=0", "--monitor-interval=0.1", "-m", worker, *args]
+            "--max-restarts=0", "--monitor-interval=0.1", *entry, *args]
 
 
 def launch(
