@@ -27,6 +27,7 @@ _PEER = re.compile(r"Connection closed by peer|Connection reset by peer|remote p
 _WAITING_FILES = ("/torch/distributed/", "/torch/nn/parallel/", "/deepspeed/comm/",
                   "/deepspeed/runtime/zero/", "/torch/_C/_distributed")
 _BACKWARD_FILES = ("/torch/autograd/", "/torch/_tensor.py")
+_BUILD_FILES = ("/torch/utils/cpp_extension.py", "/deepspeed/ops/op_builder/", "/torch/_inductor/", "/triton/")
 _LIBRARY_MARKS = ("site-packages", "dist-packages", "<frozen", "/lib/python3", "preflight/rehearse/bootstrap.py")
 TRACEBACK_LINES = 25
 
@@ -48,6 +49,10 @@ NO_STEP_FIX = ("No torch.optim optimizer stepped. Usual causes: slow data loadin
 ENDED_FIX = ("The script stopped training before the rehearsal's steps (its own max-steps or a short epoch). Give "
              "it a longer run for the rehearsal (it can read PREFLIGHT_REHEARSAL=1), or ask for fewer with "
              "--warmup/--steps.")
+BUILD_FIX = ("A JIT build was still running at the deadline: the first run of DeepSpeed's ops or torch.compile "
+             "builds its kernels, which takes minutes. Rehearse once with a longer --timeout (the build is cached in "
+             "TORCH_EXTENSIONS_DIR or the inductor cache, so the job and later runs start fast), or install prebuilt "
+             "DeepSpeed ops (DS_BUILD_OPS=1 pip install deepspeed).")
 SLOW_FIX = "Raise --timeout (seconds per size) or ask for fewer --steps."
 
 
@@ -63,8 +68,11 @@ def is_peer_failure(rank: RankRun) -> bool:
 
 
 def waiting_place(stack: Sequence[Frame]) -> str | None:
-    """``"collective"`` or ``"backward"`` when the stack waits where peers are awaited, else None."""
+    """``"build"`` inside a JIT build (a C++/CUDA extension, torch.compile), else ``"collective"``
+    or ``"backward"`` when the stack waits where peers are awaited, else None."""
     files = [frame.file.replace("\\", "/") for frame in stack]
+    if any(mark in file for file in files for mark in _BUILD_FILES):
+        return "build"
     if any(mark in file for file in files for mark in _WAITING_FILES):
         return "collective"
     if any(mark in file for file in files for mark in _BACKWARD_FILES):
@@ -98,11 +106,18 @@ def _where(rank: RankRun) -> str:
     place = waiting_place(rank.stack)
     mine = user_frame(rank.stack)
     at = f" at {mine.where()}" if mine else ""
+    if place == "build":
+        return f"is JIT-compiling (a C++/CUDA extension or torch.compile){at}"
     if place == "collective":
         return f"waits in a collective{at}"
     if place == "backward":
         return f"waits in backward{at} (where DDP's gradient all-reduce waits for its peers)"
     return f"stopped in {mine.where() if mine else _innermost_call(rank.stack)}"
+
+
+def _size(nproc: int) -> str:
+    """``1 rank``, ``8 ranks``."""
+    return f"{nproc} rank{'s' if nproc != 1 else ''}"
 
 
 def _ranks(ranks: Sequence[int]) -> str:
@@ -152,7 +167,7 @@ def _crash(run: SizeRun, first: RankRun) -> Verdict:
     after = f"after step {first.steps}" if first.steps else "before its first optimizer step"
     others = [r.rank for r in run.ranks if r.rank != first.rank and r.ended not in FINISHED]
     tail = f"; {_ranks(others)} stopped after it" if others else ""
-    summary = f"{run.nproc} ranks: rank {first.rank} {how} {after}{tail}"
+    summary = f"{_size(run.nproc)}: rank {first.rank} {how} {after}{tail}"
     evidence = {f"rank {first.rank} traceback (tail)": _tail(first.traceback)} if first.traceback else {}
     if first.log_tail:
         evidence[f"rank {first.rank} log tail"] = _tail(first.log_tail)
@@ -182,7 +197,7 @@ def _hang(run: SizeRun, idle: list[RankRun]) -> Verdict:
         idle_for = f" for {rank.idle_s:.0f} s" if rank.idle_s is not None else ""
         parts.append(f"rank {rank.rank} {_where(rank)}{idle_for}")
     after = f"after step {least}" if least else "before the first optimizer step"
-    summary = f"{run.nproc} ranks hung {after}: " + "; ".join(parts)
+    summary = f"{_size(run.nproc)} hung {after}: " + "; ".join(parts)
     evidence = {f"rank {r.rank} stack while idle": _stack_text(r) for r in idle if r.stack}
     details = {"failure": "hang", "step": least, "ranks_behind": [r.rank for r in culprits],
                "steps_reached": {str(r.rank): r.steps for r in run.ranks}}
@@ -195,21 +210,23 @@ def _no_step(run: SizeRun) -> Verdict:
     if waiting:
         rank = waiting[0]
         up = f"{rank.pg_up_s:.0f} s after the launch" if rank.pg_up_s is not None else ""
-        summary = (f"{run.nproc} ranks: the process group came up {up} but no step came in {run.deadline_s:.0f} s; "
+        summary = (f"{_size(run.nproc)}: the process group came up {up} but no step came in {run.deadline_s:.0f} s; "
                    f"{_ranks([r.rank for r in waiting])} {'waits' if len(waiting) == 1 else 'wait'} in a collective "
                    f"(rank {rank.rank} at {_innermost_call(rank.stack)})")
         return fail("REHEARSAL_FIRST_COLLECTIVE_HUNG", summary, FIRST_COLLECTIVE_FIX, evidence=evidence,
                     details={"failure": "first_collective", "ranks": [r.rank for r in waiting]})
     places = "; ".join(f"rank {r.rank} {_where(r)}" for r in run.ranks if r.stack)
-    summary = f"{run.nproc} ranks: no optimizer step in {run.deadline_s:.0f} s" + (f" ({places})" if places else "")
-    return fail("REHEARSAL_NO_STEP", summary, NO_STEP_FIX, evidence=evidence, details={"failure": "no_step"})
+    summary = f"{_size(run.nproc)}: no optimizer step in {run.deadline_s:.0f} s" + (f" ({places})" if places else "")
+    building = any(waiting_place(r.stack) == "build" for r in run.ranks)
+    return fail("REHEARSAL_NO_STEP", summary, BUILD_FIX if building else NO_STEP_FIX, evidence=evidence,
+                details={"failure": "jit_build" if building else "no_step"})
 
 
 def name_failure(run: SizeRun) -> Verdict | None:
     """The named failure of a launch, or None when every rank ran its steps (or the script ended
     after some: :func:`ended_early` says so)."""
     if any(r.ended == "parent_gone" for r in run.ranks):
-        return error(f"{run.nproc} ranks: the rehearsal was interrupted (preflight or torchrun went away)",
+        return error(f"{_size(run.nproc)}: the rehearsal was interrupted (preflight or torchrun went away)",
                      code="REHEARSAL_INTERRUPTED")
     first = _first_failure(run)
     if first is not None:
@@ -220,12 +237,12 @@ def name_failure(run: SizeRun) -> Verdict | None:
         return _hang(run, idle)
     if all(r.steps == 0 for r in run.ranks):
         if all(r.ended in FINISHED for r in run.ranks):
-            return fail("REHEARSAL_NO_STEP", f"{run.nproc} ranks: the script ended without a single optimizer step",
+            return fail("REHEARSAL_NO_STEP", f"{_size(run.nproc)}: the script ended without a single optimizer step",
                         NO_STEP_FIX, details={"failure": "no_step"})
         return _no_step(run)
     if any(r.ended in ("deadline", "killed", "missing") for r in run.ranks):
         reached = min(r.steps for r in run.ranks)
-        return warn("REHEARSAL_DEADLINE", f"{run.nproc} ranks: {reached} of {run.target} steps in the "
+        return warn("REHEARSAL_DEADLINE", f"{_size(run.nproc)}: {reached} of {run.target} steps in the "
                     f"{run.deadline_s:.0f} s deadline; the figures rest on those", SLOW_FIX,
                     details={"failure": "deadline", "steps_reached": reached})
     return None
@@ -246,5 +263,5 @@ def ended_early(run: SizeRun) -> Verdict | None:
     measured = max(0, reached - run.warmup - 1)
     basis = (f"the figures rest on the {measured} step intervals after the warm-up" if measured
              else "too few steps after the warm-up for a steady step time: only the first step is measured")
-    return warn("REHEARSAL_ENDED_EARLY", f"{run.nproc} ranks: the script ended after {reached} of {run.target} steps; "
+    return warn("REHEARSAL_ENDED_EARLY", f"{_size(run.nproc)}: the script ended after {reached} of {run.target} steps; "
                 f"{basis}", ENDED_FIX, details={"failure": "ended_early", "steps_reached": reached})

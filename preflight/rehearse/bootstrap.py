@@ -341,19 +341,55 @@ def _write_json(path: Path, data: dict[str, Any], tag: str = "w") -> None:
 
 
 def _leave(code: int) -> None:
-    """Flush, stop this rank's DataLoader workers, and exit without the interpreter's teardown."""
+    """Flush, stop what this rank started, and exit without the interpreter's teardown."""
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):  # a closed stream must not keep the rank alive
             stream.flush()
-    try:
-        import multiprocessing
-
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # DataLoader's handler would raise on their death
-        for child in multiprocessing.active_children():
-            child.kill()
-    except Exception:  # noqa: BLE001, S110 - best effort: the workers also watch for their parent
-        pass
+    with contextlib.suppress(Exception):  # best effort: never keep the rank from leaving
+        _stop_descendants()
     os._exit(code)
+
+
+def _descendants(root: int) -> list[int]:
+    """Every live process below ``root``, from /proc (Linux); empty elsewhere."""
+    children: dict[int, list[int]] = {}
+    try:
+        entries = [e for e in os.listdir("/proc") if e.isdigit()]
+    except OSError:
+        return []
+    for entry in entries:
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue
+        if fields[0] not in ("Z", "X"):
+            children.setdefault(int(fields[1]), []).append(int(entry))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found
+
+
+def _stop_descendants(grace_s: float = 1.0) -> None:
+    """SIGTERM every process the rank started (DataLoader workers, a JIT build's ninja and
+    compilers, the script's own helpers), SIGKILL what is left after ``grace_s``: ``os._exit``
+    alone would leave them running as orphans, outside the launcher's reach."""
+    import multiprocessing
+
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)  # DataLoader's handler would raise on their death
+    pids = _descendants(os.getpid()) or [c.pid for c in multiprocessing.active_children() if c.pid]
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        until = time.monotonic() + grace_s
+        while pids and time.monotonic() < until:
+            time.sleep(0.02)
+            pids = [pid for pid in pids if _proc_start_time(pid) is not None]
+        if not pids:
+            return
 
 
 def _error_info(exc: BaseException) -> dict[str, Any]:

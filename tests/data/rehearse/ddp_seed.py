@@ -71,15 +71,15 @@ def main():
                 torch.empty(1 << 48, dtype=torch.uint8, device=device)
             if rank == args.fault_rank and step == args.hang_at_step:
                 time.sleep(3600)
-            if step == args.max_steps:
+            if args.max_steps and step >= args.max_steps:
                 break
-        if step == args.max_steps:
+        if args.max_steps and step >= args.max_steps:
             break
         if rank == 0:
             torch.save(model.state_dict(), args.checkpoint)
         dist.barrier()
     if rank == 0:
-        print(f"trained {step} steps, loss {loss.item():.4f}")
+        print(f"trained {step} steps")
     dist.destroy_process_group()
 
 
