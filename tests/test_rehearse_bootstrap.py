@@ -32,9 +32,9 @@ def _raise_left(code: int) -> None:
 
 @pytest.fixture
 def counting(tmp_path, monkeypatch):
-    """A Rehearsal of 1 warm-up + 3 measured steps with its post hook registered globally."""
+    """A StepCounter of 1 warm-up + 3 measured steps with its post hook registered globally."""
     monkeypatch.setattr(bootstrap, "_leave", _raise_left)
-    state = bootstrap.Rehearsal(tmp_path, rank=0, script="train.py", warmup=1, steps=3, stall_s=60.0,
+    state = bootstrap.StepCounter(tmp_path, rank=0, script="train.py", warmup=1, steps=3, stall_s=60.0,
                                 deadline=None, launched=None, parent_pid=None)
     handle = register_optimizer_step_post_hook(state.post_hook)
     yield state

@@ -8,14 +8,14 @@ import signal
 
 import pytest
 
-from preflight.judge.rehearsal import (
+from preflight.judge.rehearse import (
     CommModel,
     judge_scaling,
     judge_size,
     scaling_rows,
 )
-from preflight.judge.rehearsal_chart import scaling_chart
-from preflight.judge.rehearsal_failure import name_failure, waiting_place
+from preflight.judge.rehearse_chart import scaling_chart
+from preflight.judge.rehearse_failure import name_failure, waiting_place
 from preflight.outcome import Status
 from preflight.rehearse.facts import Frame, RankRun, SizeFigures, SizeRun, percentile, size_figures
 from preflight.rehearse.table import table_view, terminal_lines

@@ -15,7 +15,8 @@ A call that touches a parameter group already stepped in the current iteration b
 one; calls on other groups join the current one. So DeepSpeed's ZeRO optimizers (which call the
 inner optimizer once per parameter group or sub-group) and a script with two optimizers (a GAN)
 count one step per iteration. A step nested in another (a subclass calling ``super().step()``) is
-counted once: only the outermost ``Optimizer.step`` wrapper on the stack counts.
+counted once: only the outermost ``Optimizer.step`` wrapper counts (looked for in the few frames
+above the hook, where an outer step would be, so the check costs the same at any stack depth).
 
 **How every rank stops at the same step, and why that is safe.** After ``warmup + steps`` steps,
 each rank stops at the hook call that begins step ``warmup + steps + 1``: it synchronises its
@@ -71,13 +72,14 @@ WRITE_EVERY_S = 1.0
 STACK_AFTER_S = 2.0  # idle this long: keep the main thread's stack in the record
 STACK_FRAMES = 14
 TRACEBACK_LINES = 40
+NESTED_FRAMES = 8
 
 
 def _now() -> float:
     return time.monotonic()
 
 
-class Rehearsal:
+class StepCounter:
     """One rank's state: steps seen, what it measured, how it ended; written as JSON."""
 
     def __init__(self, run_dir: Path, rank: int, script: str, warmup: int, steps: int, stall_s: float,
@@ -147,7 +149,9 @@ class Rehearsal:
         if code is None:
             code = self._wrapper_code = frame.f_code
         outer = frame.f_back
-        while outer is not None:
+        for _ in range(NESTED_FRAMES):  # an outer step sits a few frames up (subclass, ZeRO wrapper)
+            if outer is None:
+                return False
             if outer.f_code is code:
                 return True
             outer = outer.f_back
@@ -429,7 +433,7 @@ def main(argv: list[str] | None = None) -> None:
     (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
     os.environ[REHEARSAL_ENV] = "1"
     parent = os.environ.get(PARENT_ENV)
-    state = Rehearsal(run_dir, rank, argv[0], warmup=int(os.environ.get(WARMUP_ENV, "5")),
+    state = StepCounter(run_dir, rank, argv[0], warmup=int(os.environ.get(WARMUP_ENV, "5")),
                       steps=int(os.environ.get(STEPS_ENV, "50")), stall_s=_float_env(STALL_ENV) or 300.0,
                       deadline=_float_env(DEADLINE_ENV), launched=_float_env(LAUNCHED_ENV),
                       parent_pid=int(parent) if parent else None)

@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from preflight.judge.rehearsal import (
+from preflight.judge.rehearse import (
     SCALING_ASSUMPTION,
     CommModel,
     ScalingRow,
@@ -27,7 +27,7 @@ from preflight.judge.rehearsal import (
     judge_size,
     scaling_rows,
 )
-from preflight.judge.rehearsal_chart import scaling_chart
+from preflight.judge.rehearse_chart import scaling_chart
 from preflight.launch.torchrun import launch
 from preflight.outcome import Status, Verdict, skip
 from preflight.rehearse import bootstrap

@@ -6,7 +6,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from preflight.judge.rehearsal import human_bytes, human_seconds
+from preflight.judge.rehearse import human_bytes, human_seconds
 from preflight.outcome import View
 
 

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from preflight.judge.busbw_chart import HEIGHT, WIDTH, _frange, _nice_step
-from preflight.judge.rehearsal import ScalingRow
+from preflight.judge.rehearse import ScalingRow
 from preflight.outcome import View
 
 LEFT, RIGHT, TOP, BOTTOM = 56, 36, 16, 44

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from preflight.judge.rehearsal_failure import ended_early, name_failure
+from preflight.judge.rehearse_failure import ended_early, name_failure
 from preflight.outcome import Metric, Verdict, passed, skip, warn
 from preflight.rehearse.facts import SizeFigures, SizeRun
 
