@@ -71,7 +71,8 @@ def hook_cost(steps: int, rounds: int) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         state = bootstrap.StepCounter(Path(tmp), rank=0, script="bench", warmup=0, steps=10**12, stall_s=1e9,
                                     deadline=None, launched=None, parent_pid=None)
-        for name, step, count in (("trivial SGD.step", trivial.step, steps), ("Linear fwd+bwd+step", real, steps // 10)):
+        cases = (("trivial SGD.step", trivial.step, steps), ("Linear fwd+bwd+step", real, steps // 10))
+        for name, step, count in cases:
             timings: dict[str, list[float]] = {"none": [], "empty": [], "rehearsal": []}
             for _ in range(rounds):
                 timings["none"].append(_per_step(step, count))
@@ -90,8 +91,9 @@ def _timed(argv: list[str], cwd: Path) -> float:
     began = time.monotonic()
     result = subprocess.run(argv, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     elapsed = time.monotonic() - began
-    if result.returncode not in (0,):
-        raise SystemExit(f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout[-2000:]}{result.stderr[-2000:]}")
+    if result.returncode != 0:
+        raise SystemExit(f"{' '.join(argv)} failed ({result.returncode}):\n{result.stdout[-2000:]}"
+                         f"{result.stderr[-2000:]}")
     return elapsed
 
 

@@ -177,7 +177,8 @@ def test_an_fsdp2_script_on_one_and_two_ranks(tmp_path):
 def test_a_zero2_script_with_deepspeed_counts_one_step_per_iteration(tmp_path):
     # On CPU, deepspeed.init_distributed JIT-builds its shared-memory comm op (minutes the first
     # time); a cache of our own keeps later runs fast.
-    cache = os.environ.get("TORCH_EXTENSIONS_DIR") or str(Path.home() / ".cache" / "preflight-tests" / "torch_extensions")
+    default = Path.home() / ".cache" / "preflight-tests" / "torch_extensions"
+    cache = os.environ.get("TORCH_EXTENSIONS_DIR") or str(default)
     result, report = rehearse(tmp_path, *SHORT, "--timeout", "900", "--from-report", fake_report(tmp_path), "--",
                               str(SCRIPTS / "zero2_train.py"), env={"TORCH_EXTENSIONS_DIR": cache}, timeout=2100)
     assert report is not None and result.returncode == 0, result.stdout + result.stderr

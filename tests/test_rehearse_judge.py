@@ -132,6 +132,14 @@ def test_a_stall_in_the_first_collective_points_to_the_node_checks():
     assert "preflight -k" in (verdict.remediation or "")
 
 
+def test_a_rank_busy_in_its_own_code_before_the_first_step_is_named_not_the_link():
+    waiting = RankRun(rank=0, ended="deadline", steps=0, stack=IN_DDP_INIT, pg_up_s=6.0, idle_s=50.0)
+    sleeping = RankRun(rank=1, ended="deadline", steps=0, stack=SLEEPING, pg_up_s=6.0, idle_s=50.0)
+    verdict = name_failure(_run(waiting, sleeping))
+    assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP"
+    assert "rank 0 waits in a collective" in verdict.summary and "rank 1 stopped in train.py:73" in verdict.summary
+
+
 def test_a_jit_build_at_the_deadline_is_not_taken_for_a_collective():
     assert waiting_place(IN_JIT_BUILD) == "build"
     verdict = name_failure(_run(RankRun(rank=0, ended="deadline", steps=0, stack=IN_JIT_BUILD, idle_s=118.0)))

@@ -71,7 +71,8 @@ def test_bad_input_is_one_clear_line(workdir, argv, message):
 
 def test_more_ranks_than_visible_gpus_names_the_visible_count(workdir, monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
-    with pytest.raises(UsageError, match=r"--nproc 8 is more than the 2 GPUs visible here \(CUDA_VISIBLE_DEVICES=0,1\)"):
+    expected = r"--nproc 8 is more than the 2 GPUs visible here \(CUDA_VISIBLE_DEVICES=0,1\)"
+    with pytest.raises(UsageError, match=expected):
         _plan(workdir, "--nproc", "1,8", "--", SCRIPT, gpus=2)
 
 
@@ -98,6 +99,7 @@ def test_the_command_prints_one_line_and_exits_2(workdir):
         result = subprocess.run([sys.executable, "-m", "preflight", *argv], capture_output=True, text=True,
                                 cwd=workdir, env=env, timeout=120)
         assert result.returncode == 2, result.stderr
-        assert result.stderr.strip().splitlines() == [f"preflight: error: {result.stderr.split(': error: ')[1].strip()}"]
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("preflight: error: "), result.stderr
         assert message in result.stderr and "Traceback" not in result.stderr
     assert not (workdir / "reports").exists()

@@ -31,7 +31,6 @@ from preflight.rehearse.plan import (
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
     DEFAULT_WARMUP,
-    LAUNCHERS,
     RehearsalPlan,
     busbw_from_report,
     check_script,
@@ -121,9 +120,8 @@ def make_plan(argv: list[str], cwd: Path,
     """Validate everything the user gave, before anything runs (the cheap checks before torch loads)."""
     head, tail = split_command(argv)
     args = build_parser().parse_args(join_negative_values(head, _VALUE_OPTIONS))
-    script = check_script(tail[0], cwd) if tail[0] not in LAUNCHERS else None
-    script_text, script_args, launcher_nproc = script_and_args(tail)
-    script = script or check_script(script_text, cwd)
+    script_text, script_args, launcher_nproc = script_and_args(tail)  # torch loads only for a torchrun line
+    script = check_script(script_text, cwd)
     gpus, cores = node()
     capacity = launcher_sizes(launcher_nproc, gpus, cores) or gpus or min(CPU_RANKS, cores)
     sizes = args.nproc or default_sizes(capacity)

@@ -205,9 +205,11 @@ def _hang(run: SizeRun, idle: list[RankRun]) -> Verdict:
 
 
 def _no_step(run: SizeRun) -> Verdict:
+    """No step by the deadline. Every rank waiting in a collective after the process group came up
+    is the link's fault; a rank busy anywhere else (data, its own code) is the one the others wait for."""
     waiting = [r for r in run.ranks if r.pg_up_s is not None and waiting_place(r.stack) == "collective"]
     evidence = {f"rank {r.rank} stack at the deadline": _stack_text(r) for r in run.ranks if r.stack}
-    if waiting:
+    if waiting and len(waiting) == len(run.ranks):
         rank = waiting[0]
         up = f"{rank.pg_up_s:.0f} s after the launch" if rank.pg_up_s is not None else ""
         summary = (f"{_size(run.nproc)}: the process group came up {up} but no step came in {run.deadline_s:.0f} s; "

@@ -243,7 +243,7 @@ class StepCounter:
             "param_bytes": size_bytes or None,
             "sharded_params": any(sharded for _, _, sharded in params),
             "deepspeed": self.deepspeed,
-            "memory": _memory(torch, self.device),
+            "memory": _memory(torch, self.device, cuda=threading.current_thread() is threading.main_thread()),
             "notes": list(self.notes),
         }
 
@@ -322,13 +322,15 @@ def _main_stack() -> list[dict[str, Any]] | None:
             for f in frames]
 
 
-def _memory(torch: Any, device: Any) -> dict[str, Any]:
-    """Peak RSS of this rank and, when it used CUDA, the allocator's peaks on its device."""
+def _memory(torch: Any, device: Any, cuda: bool) -> dict[str, Any]:
+    """Peak RSS of this rank and, when it used CUDA, the allocator's peaks on its device. The
+    watchdog thread never asks CUDA (``cuda=False``): the allocator's lock can be held by a main
+    thread stuck behind a hung kernel, and the watchdog must stay free to end the rank."""
     import resource
 
     out: dict[str, Any] = {"rss_peak_bytes": int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024}
     try:
-        if torch.cuda.is_initialized():
+        if cuda and torch.cuda.is_initialized():
             index = device.index if getattr(device, "type", "") == "cuda" else torch.cuda.current_device()
             out["cuda_device"] = index
             out["cuda_reserved_peak_bytes"] = int(torch.cuda.max_memory_reserved(index))

@@ -126,6 +126,7 @@ class SizeFigures:
     peak_memory_bytes: tuple[int | None, ...]
     memory_kind: str
     steps_reached: tuple[int, ...]
+    pg_up_s: float | None = None
 
     @property
     def throughput(self) -> float | None:
@@ -167,6 +168,7 @@ def size_figures(run: SizeRun) -> SizeFigures | None:
         peak_memory_bytes=tuple(r.gpu_peak_bytes if gpu else r.rss_peak_bytes for r in run.ranks),
         memory_kind="GPU" if gpu else "RSS",
         steps_reached=tuple(r.steps for r in run.ranks),
+        pg_up_s=max((r.pg_up_s for r in run.ranks if r.pg_up_s is not None), default=None),
     )
 
 

@@ -34,7 +34,9 @@ from preflight.rehearse import bootstrap
 from preflight.rehearse.facts import SizeFigures, SizeRun, size_figures, size_run_from_launch
 from preflight.rehearse.plan import RehearsalPlan
 from preflight.rehearse.table import table_view, terminal_lines
+from preflight.plugin import COLLECTOR_KEY
 from preflight.report.facts import add_section, gathered_sections
+from preflight.report.redact import redact_obj
 
 SESSION_KEY = pytest.StashKey["RehearsalSession"]()
 BOOTSTRAP = Path(bootstrap.__file__).resolve()
@@ -115,7 +117,12 @@ class RehearsalSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        section = gathered_sections(self.config).get(SECTION) if self.config is not None else None
+        """The table, from the written (redacted) report, before the collector's problems and verdict."""
+        if self.config is None:
+            return
+        collector = self.config.stash.get(COLLECTOR_KEY, None)
+        written = collector.report if collector is not None else None
+        section = (written or {}).get(SECTION) or redact_obj(gathered_sections(self.config).get(SECTION))
         if section:
             terminalreporter.line("")
             for line in terminal_lines(section):
@@ -247,7 +254,8 @@ class RehearsalSession:
             }
             if fig is not None:
                 entry.update({
-                    "first_step_s": fig.first_step_s, "step_median_s": fig.step_median_s,
+                    "first_step_s": fig.first_step_s, "process_group_up_s": fig.pg_up_s,
+                    "step_median_s": fig.step_median_s,
                     "step_p90_s": fig.step_p90_s, "steps_per_s": fig.steps_per_s, "throughput": fig.throughput,
                     "measured_steps": fig.measured_steps, "complete": fig.complete,
                     "steps_reached": list(fig.steps_reached), "peak_memory_bytes": list(fig.peak_memory_bytes),

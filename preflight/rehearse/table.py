@@ -69,6 +69,10 @@ def footnotes(section: dict[str, Any]) -> list[str]:
     comm = section.get("communication")
     if comm:
         notes.append(f"+ predicted: {comm.get('description', '')}")
+        priced = [s for s in section.get("sizes", []) if s.get("comm_cost_per_1k_steps_usd") and s.get("ranks", 1) > 1]
+        if priced:
+            notes.append("  the link's share of $/1k steps: " + ", ".join(
+                f"{_money(s['comm_cost_per_1k_steps_usd'])} at {s['ranks']} ranks" for s in priced))
     elif section.get("communication_note"):
         notes.append(f"+ no communication estimate: {section['communication_note']}")
     return notes
