@@ -9,10 +9,10 @@ too. Exit code 0 after a successful analysis, 2 when the file cannot be read.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from preflight.errors import UsageError
+from preflight.inputs import read_text, shown
 from preflight.options import UsageParser
 from preflight.judge.nccl import human_bytes
 from preflight.parse.nccl_explain import explain
@@ -26,32 +26,19 @@ def main(argv: list[str]) -> int:
     parser.add_argument("file", help="log file to read, or - for standard input")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)
-    text = _read(args.file)
+    text = read_text(args.file)
+    if not text.strip():
+        raise UsageError(f"{shown(args.file)} is empty: there is no log to read")
     try:
         log = analyze(text)
     except NcclLogError as exc:
-        raise UsageError(f"{args.file}: {exc}") from None
+        raise UsageError(f"{shown(args.file)}: {exc}") from None
     result = {"file": args.file, **explain(log), "nccl_tests": _nccl_tests_summary(text)}
     if args.json:
         print(json.dumps(result, indent=2))
     else:
         print(render_text(result))
     return 0
-
-
-def _read(path: str) -> str:
-    """The file's text (stdin for ``-``); unreadable or binary input is a usage error."""
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
-        else:
-            with open(path, "rb") as handle:
-                data = handle.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if b"\x00" in data:
-        raise UsageError(f"{path} is binary data, not a text log")
-    return data.decode("utf-8", errors="replace")
 
 
 def _nccl_tests_summary(text: str) -> dict[str, Any] | None:
