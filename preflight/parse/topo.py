@@ -2,7 +2,9 @@
 
 The text comes from the live node or from a capture a person pasted, so it may carry shell prompt
 lines, an old ``====MATRIX====`` banner, a legend, ANSI codes, tabs turned into spaces and headers
-with odd indentation. The parser reads cells as whitespace-separated tokens (no cell value contains
+with odd indentation, and a quoting prefix (``> ``) or a code-block indent common to every line.
+A copy that a terminal wrapped at its width is rejoined when every GPU cell comes out intact, and
+refused with that reason otherwise. The parser reads cells as whitespace-separated tokens (no cell value contains
 a space; the multi-word column names are recognised by name) and checks everything it can: the
 GPU block is square with ``X`` on the diagonal, every cell is a link code nvidia-smi writes, the
 matrix is symmetric and every row has exactly the cells the header announces. Anything else raises
@@ -16,9 +18,11 @@ and a note says why, while the link matrix is still returned.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
+
+from preflight.parse.pasted import unpaste
 
 
 class TopologyParseError(ValueError):
@@ -43,6 +47,8 @@ _NIC_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*$")
 _NIC_LEGEND = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
 _LAUNCHER_PREFIX = re.compile(r"^(\s*[0-9]+: |\[[0-9]+,[0-9]+\]<std(?:out|err)>:)")
 """``srun --label`` (``0: ``) and ``mpirun --tag-output`` (``[1,0]<stdout>:``) line prefixes."""
+TERMINAL_WIDTHS = (80, 100, 120, 132, 160, 200, 240)
+"""Terminal widths a wrapped copy is assumed to have been cut at (the first one its lines fit in)."""
 _ID_LIST = re.compile(r"^[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*$")
 
 
@@ -125,8 +131,24 @@ def nvlink_width(code: str) -> int | None:
 def parse_topo_matrix(text: str) -> TopoMatrix:
     """Parse the output of ``nvidia-smi topo -m``; raise :class:`TopologyParseError` when unsure."""
     raw_lines = text.replace("\r\n", "\n").split("\n")
-    lines = _strip_launcher_prefix([_ANSI.sub("", line).rstrip("\r") for line in raw_lines])
+    lines, paste_notes = unpaste([_ANSI.sub("", line).rstrip("\r") for line in raw_lines])
+    lines = _strip_launcher_prefix(lines)
     header_at = _find_header(lines)
+    width = _wrap_width(lines, header_at)
+    if width is None:
+        return _parse_lines(lines, header_at, paste_notes)
+    rejoined = _rejoin(lines, header_at, width)
+    try:
+        matrix = _parse_lines(rejoined, header_at, paste_notes)
+    except TopologyParseError as exc:
+        raise TopologyParseError(f"the capture was wrapped at {width} columns (long lines continue on the next "
+                                 f"line) and cannot be rejoined with certainty: {exc}") from None
+    note = f"the capture was wrapped at {width} columns; its lines were rejoined and every GPU cell checked"
+    return replace(matrix, notes=(*matrix.notes, note))
+
+
+def _parse_lines(lines: list[str], header_at: int, paste_notes: list[str]) -> TopoMatrix:
+    """The matrix whose header is ``lines[header_at]``."""
     gpus, nics, affinity_columns = _read_header(lines[header_at])
     columns = gpus + nics
     rows, end = _read_rows(lines, header_at + 1, columns)
@@ -182,8 +204,74 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         cpu_affinity=affinity.get("CPU Affinity"),
         numa_affinity=affinity.get("NUMA Affinity"),
         gpu_numa_id=affinity.get("GPU NUMA ID"),
-        notes=tuple(notes),
+        notes=(*paste_notes, *notes),
     )
+
+
+def _is_first_row(line: str) -> bool:
+    tokens = line.split()
+    return len(tokens) > 1 and tokens[0] == "GPU0" and LINK_CODE.match(tokens[1]) is not None
+
+
+def _wrap_width(lines: Sequence[str], header_at: int) -> int | None:
+    """The terminal width the capture was wrapped at, or None when it was not wrapped.
+
+    A wrapped capture has a header that does not end on its own line: the line after it is
+    neither the GPU0 row nor blank, and the header reaches (nearly) the widest line of the block.
+    """
+    following = lines[header_at + 1] if header_at + 1 < len(lines) else ""
+    if not following.strip() or _is_first_row(following):
+        return None
+    block = []
+    for line in lines[header_at:]:
+        if not line.strip():
+            break
+        block.append(line)
+    longest = max(len(line) for line in block)
+    reaching = [line for line in block if len(line.rstrip()) > longest - 8]
+    if longest < 40 or len(reaching) < 2 or len(lines[header_at].rstrip()) <= longest - 8:
+        return None
+    # Cells sit on 8-column tab stops, so many wrapped lines end at the same column short of the
+    # edge; only a terminal width tells where a cut could fall inside a cell.
+    return next((width for width in TERMINAL_WIDTHS if width >= longest), longest)
+
+
+def _rejoin(lines: Sequence[str], header_at: int, width: int) -> list[str]:
+    """The lines with each wrapped header and row joined back into one line.
+
+    A physical line continues on the next one until the next row label (or a blank line). Where a
+    line filled the whole width and the next starts with a character, the cut fell inside a cell
+    and the two are joined directly; elsewhere the cut fell between cells and they are joined with
+    a space. A continuation indented by the terminal is joined with a space, so a cell it cut in
+    two stays two invalid cells and the matrix is refused rather than guessed.
+    """
+    out = list(lines[:header_at])
+    header, index = _logical_line(lines, header_at, width, lambda line: _is_first_row(line))
+    out.append(header)
+    labels = set(_split_header(header))
+    while index < len(lines) and lines[index].strip():
+        row, index = _logical_line(lines, index, width, lambda line: line.split()[0] in labels)
+        out.append(row)
+    out.extend(lines[index:])
+    return out
+
+
+def _logical_line(lines: Sequence[str], start: int, width: int, starts_next: Callable[[str], bool]) -> tuple[str, int]:
+    """``lines[start]`` joined with its continuations, and the index of the line after them."""
+    joined, last = lines[start].rstrip(), lines[start]
+    index = start + 1
+    while index < len(lines) and lines[index].strip() and not starts_next(lines[index]):
+        joined = _join(joined, last, lines[index], width)
+        last = lines[index]
+        index += 1
+    return joined, index
+
+
+def _join(joined: str, last: str, continuation: str, width: int) -> str:
+    """Add ``continuation`` to ``joined``, whose last physical line was ``last``."""
+    if len(last) >= width and last[-1:].strip() and continuation[:1].strip():
+        return joined + continuation.rstrip()
+    return f"{joined} {continuation.strip()}"
 
 
 def _strip_launcher_prefix(lines: list[str]) -> list[str]:
