@@ -4,15 +4,25 @@ The table's own header names the columns, so the parser reads it instead of assu
 2019 builds print ``error`` (a float) and no ``root``; 2020+ print ``root`` and ``#wrong`` (an
 integer, ``N/A`` with ``-c 0``); abridged copies keep only the out-of-place block. Launcher
 prefixes (srun ``--label`` `` 0: ``, mpirun ``--tag-output`` ``[1,0]<stdout>:``) are removed, and
-lines that are not table rows (NCCL INFO, Open MPI help-message notices) are skipped. A line that
-looks like a row but cannot be read raises :class:`NcclTestsError` instead of being guessed.
+lines that are not table rows (NCCL INFO, Open MPI help-message notices) are skipped. A quoting
+prefix or an indent common to every line (a pasted copy) is removed, and a table a terminal wrapped
+at its width is rejoined. A line that looks like a row but cannot be read raises
+:class:`NcclTestsError` instead of being guessed.
+
+The rank count comes from the ``# Using devices`` list: the highest rank shown when the author
+elided the middle of it with ``...``, unknown when the list was cut at the end or when the ranks
+listed, NCCL's own ``nranks`` and the busbw factor disagree. Without a ``*_perf`` name in the
+text, the collective is told from the columns (``preflight.parse.nccl_tests_layout``).
 """
 
 from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+
+from preflight.parse import nccl_tests_layout as layout
+from preflight.parse.pasted import unpaste
 
 _PREFIX = re.compile(r"^(?:\s*\d+:\s?|\[\d+,\d+\]<(?:stdout|stderr)>:\s?)")
 _LEADING = ("size", "count", "type", "redop", "root")
@@ -24,7 +34,19 @@ _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>[-+0-9.eE]+)\s*(?:GB/
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<value>\d+)\s*(?P<flag>OK|FAILED)?")
 _DEVICE = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)\b.*?\bdevice\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.+?)\s*$")
 _PARAMS = re.compile(r"^#\s*nThread\s")
+_COLUMN_NAMES = frozenset({"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "error"})
+TERMINAL_WIDTHS = (80, 100, 120, 132, 160, 200, 240)
 _COLLECTIVE = re.compile(r"\b(\w+_perf)\b")
+_ELISION = re.compile(r"^#?\s*(?:\.{3,}|\u2026)\s*$")
+_NRANKS = re.compile(r"\bNCCL INFO\b.*?\bnranks (\d+)\b")
+_SIGNATURES = (
+    re.compile(r"#\s*nThread\s+\d+\s+nGpus\s+\d+"),
+    re.compile(r"#\s*Using devices"),
+    re.compile(r"#\s+Rank\s+\d+\s+(?:Group\s+\d+\s+)?Pid\s+\d+"),
+    re.compile(r"\bsize\s+count\s+type\b"),
+    re.compile(r"#\s*Avg bus bandwidth"),
+    re.compile(r"\bout-of-place\s+in-place\b"),
+)
 
 
 class NcclTestsError(ValueError):
@@ -83,11 +105,38 @@ class NcclTestsResult:
     reported_avg_busbw: float | None
     avg_flag: str | None
     out_of_bounds: int | None
+    rank_count: int | None = None
+    devices_elided: bool = False
+    layout_collectives: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default=())
 
     @property
     def ranks(self) -> int | None:
-        """Number of ranks listed under ``# Using devices`` (None when the list was cut)."""
-        return len(self.devices) or None
+        """How many ranks ran (None when the output does not say it with certainty)."""
+        return self.rank_count
+
+    @property
+    def collective_named(self) -> str | None:
+        """The binary: as the output names it, else as the columns tell when only one fits."""
+        if self.collective is not None:
+            return self.collective
+        return self.layout_collectives[0] if len(self.layout_collectives) == 1 else None
+
+    @property
+    def single_rank(self) -> bool:
+        """One rank: nothing crossed a GPU boundary, and all_reduce's busbw is 0 by definition."""
+        return self.rank_count == 1 or (self.rank_count is None and self.rows_say_one_rank)
+
+    @property
+    def rows_say_one_rank(self) -> bool:
+        """busbw is 0 in every row where algbw is not: a factor of 2(n-1)/n or (n-1)/n with n = 1."""
+        pairs = [(m.algbw_gbps, m.busbw_gbps) for r in self.rows for m in r.measurements]
+        return any(a > 0 for a, _ in pairs) and all(b == 0 for _, b in pairs)
+
+    @property
+    def max_size_bytes(self) -> int:
+        """The largest message size tested."""
+        return max(r.size_bytes for r in self.rows)
 
     @property
     def peak(self) -> Row:
@@ -115,23 +164,47 @@ class NcclTestsResult:
 
 
 def contains_table(text: str) -> bool:
-    """True when ``text`` holds an nccl-tests column header."""
-    return any(_header_columns(_strip_prefix(line)) for line in text.splitlines())
+    """True when ``text`` holds an nccl-tests column header (once pasting is undone)."""
+    lines, _ = unpaste(text.splitlines())
+    return any(_header_columns(_strip_prefix(line).strip()) for line in lines)
+
+
+def looks_like_nccl_tests(text: str) -> bool:
+    """True when ``text`` is plainly nccl-tests output (its parameter line, device list or column
+    titles), whether or not a table can be read from it."""
+    return sum(1 for pattern in _SIGNATURES if pattern.search(text)) >= 2
 
 
 def parse_nccl_tests(text: str) -> NcclTestsResult:
     """Parse the first (and only) nccl-tests table in ``text``."""
+    unpasted, notes = unpaste(text.splitlines())
+    lines = [(number, _strip_prefix(line.rstrip()).strip()) for number, line in enumerate(unpasted, start=1)]
+    width = _wrap_width([line for _, line in lines], [raw.rstrip() for raw in unpasted])
+    if width is not None:
+        lines = _rejoin(lines, [raw.rstrip() for raw in unpasted], width)
+        notes.append(f"the table was wrapped at {width} columns; its rows were rejoined and each one checked")
+    try:
+        return _parse(lines, notes, text)
+    except NcclTestsError as exc:
+        if width is None:
+            raise
+        raise NcclTestsError(f"the table was wrapped at {width} columns and cannot be rejoined with certainty: "
+                             f"{exc}") from None
+
+
+def _parse(lines: list[tuple[int, str]], notes: list[str], text: str) -> NcclTestsResult:
     columns: list[str] | None = None
     rows: list[Row] = []
     devices: list[str] = []
+    listed: list[int] = []
+    elided_after: int | None = None
     parameters: dict[str, str] = {}
     avg: float | None = None
     avg_flag: str | None = None
     oob: int | None = None
     collective: str | None = None
 
-    for line_no, raw in enumerate(text.splitlines(), start=1):
-        line = _strip_prefix(raw.rstrip())
+    for line_no, line in lines:
         if collective is None and (found := _COLLECTIVE.search(line)):
             collective = found.group(1)
         if header := _header_columns(line):
@@ -144,6 +217,10 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
             continue
         if match := _DEVICE.match(line):
             devices.append(match["name"])
+            listed.append(int(match["rank"]))
+            continue
+        if listed and columns is None and _ELISION.match(line):
+            elided_after = listed[-1]
             continue
         if match := _AVG.match(line):
             avg, avg_flag = float(match["value"]), match["flag"]
@@ -157,7 +234,88 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
         raise NcclTestsError("no nccl-tests table header (the '#  size  count  type ...' line) found")
     if not rows:
         raise NcclTestsError("the nccl-tests table has a header but no rows")
-    return NcclTestsResult(collective, tuple(rows), tuple(devices), parameters, avg, avg_flag, oob)
+    factor = layout.bus_factor([(m.algbw_gbps, m.busbw_gbps) for r in rows for m in r.measurements])
+    ranks, elided = _rank_count(listed, elided_after, _stated_nranks(text), notes)
+    cols = layout.columns({r.redop for r in rows}, {r.root for r in rows}, {_size_ratio(r) for r in rows}, factor)
+    if elided and ranks is not None and not layout.collectives(cols, ranks) and layout.collectives(cols, None):
+        notes.append(f"{ranks} ranks (from the elided device list) do not fit the busbw/algbw factor "
+                     f"{factor:.3f}: the rank count is unclear")
+        ranks = None
+    guessed = () if collective is not None else layout.collectives(cols, ranks)
+    return NcclTestsResult(collective, tuple(rows), tuple(devices), parameters, avg, avg_flag, oob,
+                           rank_count=ranks, devices_elided=elided, layout_collectives=guessed, notes=tuple(notes))
+
+
+def _header_start(line: str) -> bool:
+    """The first physical line of a column header, wrapped or not (``#  size  count  type ...``)."""
+    return line.startswith("#") and line.lstrip("#").split()[:3] == ["size", "count", "type"]
+
+
+def _wrap_width(lines: list[str], raw: list[str]) -> int | None:
+    """The terminal width the table was wrapped at, or None when its header is whole on one line."""
+    for index, line in enumerate(lines[:-1]):
+        if _header_start(line):
+            following = lines[index + 1]
+            last = line.split()[-1]
+            cut = last not in _COLUMN_NAMES or following.split()[:1] and any(
+                name.endswith(following.split()[0]) for name in _COLUMN_NAMES)
+            if not following or following.startswith("#") or _looks_like_row(following) or not cut:
+                return None
+            longest = max(len(r) for r in raw)
+            if len(raw[index]) <= longest - 8:
+                return None
+            return next((width for width in TERMINAL_WIDTHS if width >= longest), longest)
+    return None
+
+
+def _rejoin(lines: list[tuple[int, str]], raw: list[str], width: int) -> list[tuple[int, str]]:
+    """Each physical line that reached the edge joined with the next when that one is not a new
+    row, a comment or blank; joined directly where the cut fell inside a field, else with a space."""
+    out: list[tuple[int, str]] = []
+    previous = ""
+    for (line_no, line), physical in zip(lines, raw, strict=True):
+        continues = (out and len(previous) > width - 8 and line and not line.startswith("#")
+                     and not _looks_like_row(line))
+        if continues:
+            number, joined = out[-1]
+            inside = len(previous) >= width and previous[-1:].strip() and physical[:1].strip()
+            out[-1] = (number, joined + line if inside else f"{joined} {line}")
+        else:
+            out.append((line_no, line))
+        previous = physical
+    return out
+
+
+def _size_ratio(row: Row) -> float | None:
+    size = layout.TYPE_BYTES.get(row.type)
+    return row.size_bytes / (row.count * size) if size and row.count else None
+
+
+def _stated_nranks(text: str) -> int | None:
+    """NCCL's ``nranks N`` when every NCCL INFO line that states it says the same."""
+    found = {int(m.group(1)) for m in _NRANKS.finditer(text)}
+    return next(iter(found)) if len(found) == 1 else None
+
+
+def _rank_count(listed: list[int], elided_after: int | None, nranks: int | None,
+                notes: list[str]) -> tuple[int | None, bool]:
+    """(rank count, whether the device list was elided), with a note where it is not plain."""
+    if not listed:
+        return nranks, False
+    complete = listed == list(range(len(listed)))
+    if complete and elided_after is None:
+        count: int | None = len(listed)
+    elif elided_after is not None and elided_after == listed[-1]:
+        notes.append(f"the device list was cut after rank {elided_after}: the rank count is not shown")
+        return nranks, True
+    else:
+        count = max(listed) + 1
+        shown = ", ".join(str(r) for r in listed)
+        notes.append(f"the device list was elided (ranks {shown} shown): {count} ranks, from the highest rank shown")
+    if nranks is not None and count != nranks:
+        notes.append(f"the device list shows {count} ranks but NCCL says nranks {nranks}: the rank count is unclear")
+        return None, not complete or elided_after is not None
+    return count, not complete or elided_after is not None
 
 
 def _strip_prefix(line: str) -> str:

@@ -72,7 +72,7 @@ def unpaste(lines: Sequence[str]) -> tuple[list[str], list[str]]:
     if quote:
         notes.append(f"every line was quoted with {quote!r}; the quoting was removed")
     out, indent = strip_indent(out)
-    if indent:
+    if len(indent) > 1:  # one space is how srun --label pads its task numbers, not a paste
         notes.append(f"every line was indented by {len(indent)} {'tab' if indent == chr(9) else 'character'}"
                      f"{'' if len(indent) == 1 else 's'}; the indentation was removed")
     return out, notes
