@@ -72,7 +72,7 @@ def _nccl_tests_summary(text: str) -> dict[str, Any] | None:
 
 def _nothing_else(log: NcclLog) -> bool:
     """The log part found nothing at all: the file is only the table that could not be read."""
-    return not (log.connections or log.warnings or log.timeouts or log.errors or log.nvls_used or log.versions)
+    return not (log.connections or log.warnings or log.timeouts or log.errors or log.nvls_used)
 
 
 def _plural(count: int, word: str) -> str:

@@ -136,7 +136,7 @@ def explain(log: NcclLog) -> dict[str, Any]:
     if log.nvls_used:
         channels = f" with {log.nvls_channels} NVLS channels" if log.nvls_channels else ""
         ranks = f", set up by {log.nvls_ranks} rank{'s' if log.nvls_ranks != 1 else ''}" if log.nvls_ranks else ""
-        findings.append(f"NVLS (NVLink SHARP) was used{channels}{ranks}: {FAMILY_MEANING['NVLS']}")
+        findings.append(f"NVLS (NVLink SHARP) was used{channels}{ranks}: reductions done inside the NVSwitch")
     if "SHM" in transports and "P2P" not in transports:
         findings.append("no connection used peer-to-peer: NCCL_P2P_DISABLE may be set, or P2P is unsupported "
                         "between these GPUs (PCIe ACS/IOMMU, virtualization, consumer GPUs)")

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 
 from preflight.parse import nccl_tests_layout as layout
-from preflight.parse.pasted import unpaste
+from preflight.parse.pasted import join_wrapped, unpaste
 
 _PREFIX = re.compile(r"^(?:\s*\d+:\s?|\[\d+,\d+\]<(?:stdout|stderr)>:\s?)")
 _LEADING = ("size", "count", "type", "redop", "root")
@@ -35,7 +35,6 @@ _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<value>\d+)\s*(?P<flag>OK
 _DEVICE = re.compile(r"^#\s+Rank\s+(?P<rank>\d+)\b.*?\bdevice\s+(?P<dev>\d+)\s+\[(?P<bus>[^\]]*)\]\s+(?P<name>.+?)\s*$")
 _PARAMS = re.compile(r"^#\s*nThread\s")
 _COLUMN_NAMES = frozenset({"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "error"})
-TERMINAL_WIDTHS = (80, 100, 120, 132, 160, 200, 240)
 _COLLECTIVE = re.compile(r"\b(\w+_perf)\b")
 _ELISION = re.compile(r"^#?\s*(?:\.{3,}|\u2026)\s*$")
 _NRANKS = re.compile(r"\bNCCL INFO\b.*?\bnranks (\d+)\b")
@@ -179,17 +178,24 @@ def parse_nccl_tests(text: str) -> NcclTestsResult:
     """Parse the first (and only) nccl-tests table in ``text``."""
     unpasted, notes = unpaste(text.splitlines())
     lines = [(number, _strip_prefix(line.rstrip()).strip()) for number, line in enumerate(unpasted, start=1)]
-    width = _wrap_width([line for _, line in lines], [raw.rstrip() for raw in unpasted])
-    if width is not None:
-        lines = _rejoin(lines, [raw.rstrip() for raw in unpasted], width)
-        notes.append(f"the table was wrapped at {width} columns; its rows were rejoined and each one checked")
-    try:
+    if not _is_wrapped([line for _, line in lines]):
         return _parse(lines, notes, text)
-    except NcclTestsError as exc:
-        if width is None:
-            raise
-        raise NcclTestsError(f"the table was wrapped at {width} columns and cannot be rejoined with certainty: "
-                             f"{exc}") from None
+    raw = [line.rstrip("\r") for line in unpasted]
+    readings: list[tuple[NcclTestsResult, str]] = []
+    problem = ""
+    for inside_words in (True, False):
+        rejoined, width = _rejoin(lines, raw, inside_words)
+        note = f"the table was wrapped at {width}; its rows were rejoined and each one checked"
+        try:
+            readings.append((_parse(rejoined, [*notes, note], text), width))
+        except NcclTestsError as exc:
+            problem = problem or f"the table was wrapped at {width} and cannot be rejoined with certainty: {exc}"
+    if not readings:
+        raise NcclTestsError(problem)
+    if len(readings) == 2 and readings[0][0].rows != readings[1][0].rows:
+        raise NcclTestsError(f"the table was wrapped at {readings[0][1]} and rejoins two ways that both read as "
+                             "a table (was a number cut at the edge?); copy it again without wrapping")
+    return readings[0][0]
 
 
 def _parse(lines: list[tuple[int, str]], notes: list[str], text: str) -> NcclTestsResult:
@@ -251,39 +257,34 @@ def _header_start(line: str) -> bool:
     return line.startswith("#") and line.lstrip("#").split()[:3] == ["size", "count", "type"]
 
 
-def _wrap_width(lines: list[str], raw: list[str]) -> int | None:
-    """The terminal width the table was wrapped at, or None when its header is whole on one line."""
+def _is_wrapped(lines: list[str]) -> bool:
+    """The column header does not end on its own line: a terminal wrapped the table."""
     for index, line in enumerate(lines[:-1]):
         if _header_start(line):
             following = lines[index + 1]
+            if not following or following.startswith("#") or _looks_like_row(following):
+                return False
             last = line.split()[-1]
-            cut = last not in _COLUMN_NAMES or following.split()[:1] and any(
-                name.endswith(following.split()[0]) for name in _COLUMN_NAMES)
-            if not following or following.startswith("#") or _looks_like_row(following) or not cut:
-                return None
-            longest = max(len(r) for r in raw)
-            if len(raw[index]) <= longest - 8:
-                return None
-            return next((width for width in TERMINAL_WIDTHS if width >= longest), longest)
-    return None
+            return last not in _COLUMN_NAMES or any(name.endswith(following.split()[0]) for name in _COLUMN_NAMES)
+    return False
 
 
-def _rejoin(lines: list[tuple[int, str]], raw: list[str], width: int) -> list[tuple[int, str]]:
-    """Each physical line that reached the edge joined with the next when that one is not a new
-    row, a comment or blank; joined directly where the cut fell inside a field, else with a space."""
-    out: list[tuple[int, str]] = []
+def _rejoin(lines: list[tuple[int, str]], raw: list[str], inside_words: bool) -> tuple[list[tuple[int, str]], str]:
+    """Each physical line that reached the edge joined with the next ones that are not a new row,
+    a comment or blank (how: :func:`preflight.parse.pasted.join_wrapped`); the width in words."""
+    edge = max(len(r) for r in raw) - 8
+    groups: list[list[str]] = []
+    numbers: list[int] = []
     previous = ""
     for (line_no, line), physical in zip(lines, raw, strict=True):
-        continues = (out and len(previous) > width - 8 and line and not line.startswith("#")
-                     and not _looks_like_row(line))
-        if continues:
-            number, joined = out[-1]
-            inside = len(previous) >= width and previous[-1:].strip() and physical[:1].strip()
-            out[-1] = (number, joined + line if inside else f"{joined} {line}")
+        if groups and len(previous) > edge and line and not line.startswith("#") and not _looks_like_row(line):
+            groups[-1].append(physical)
         else:
-            out.append((line_no, line))
+            groups.append([physical])
+            numbers.append(line_no)
         previous = physical
-    return out
+    joined, width = join_wrapped(groups, inside_words)
+    return [(number, _strip_prefix(text.rstrip()).strip()) for number, text in zip(numbers, joined, strict=True)], width
 
 
 def _size_ratio(row: Row) -> float | None:

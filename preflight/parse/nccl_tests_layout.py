@@ -54,8 +54,9 @@ def columns(redops: set[str], roots: set[int | None], ratios: set[float | None],
     """Summarize the rows' redop, root and size/count ratio (None for a column that varies)."""
     reduces = None if len(redops) != 1 else next(iter(redops)) not in ("none", "")
     known_roots = {root for root in roots if root is not None}
-    rooted = None if len(known_roots) == 0 or len(roots) != len(known_roots) else (
-        True if all(r >= 0 for r in known_roots) else False if known_roots == {-1} else None)
+    rooted: bool | None = None  # no root column (2019 builds), or rows that disagree
+    if known_roots and None not in roots:
+        rooted = True if all(r >= 0 for r in known_roots) else False if known_roots == {-1} else None
     whole = {int(r) for r in ratios if r is not None and r >= 1 and float(r).is_integer()}
     ratio = next(iter(whole)) if len(whole) == 1 and None not in ratios and len(ratios) == 1 else None
     return Columns(reduces, rooted, ratio, factor)
@@ -77,8 +78,8 @@ def collectives(cols: Columns, ranks: int | None) -> tuple[str, ...]:
             return ()
         if cols.reduces:
             return ("reduce_scatter_perf",) if cols.rooted in (False, None) else ()
-        return {False: ("all_gather_perf", "alltoall_perf"), True: ("scatter_perf", "gather_perf")}.get(
-            cols.rooted, ("all_gather_perf", "alltoall_perf", "scatter_perf", "gather_perf"))
+        unrooted, rooted = ("all_gather_perf", "alltoall_perf"), ("scatter_perf", "gather_perf")
+        return unrooted if cols.rooted is False else rooted if cols.rooted else (*unrooted, *rooted)
     if not cols.reduces:
         return ("broadcast_perf",) if cols.rooted in (True, None) and _close(factor, 1.0) else ()
     found = []

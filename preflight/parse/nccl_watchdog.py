@@ -5,8 +5,9 @@ Three wordings state a timeout (each from torch's ``ProcessGroupNCCL.cpp``): the
 milliseconds before timing out`` (also ``Work WorkNCCL(...) timed out``), the newer ``Timeout at
 NCCL work: <seq>, last enqueued NCCL work: .., last completed NCCL work: ..`` (which names no
 collective: the ``WorkNCCL(...)`` description logged beside it does), and the heartbeat monitor's
-``Heartbeat monitor timed out``. A ``WorkNCCL(...)`` description that a terminal wrapped over two
-or three lines is joined back. One rank's statements about the same work (same sequence number,
+``Heartbeat monitor timed out``. A statement that a terminal wrapped over up to six lines is
+joined back (a line continues one that reached the terminal's edge when it does not start a log
+record of its own). One rank's statements about the same work (same sequence number,
 nothing contradicting) are one timeout.
 """
 
@@ -33,18 +34,23 @@ class WatchdogTimeout:
 
 _WORK = re.compile(r"WorkNCCL\((?P<args>(?:[^()]|\(ms\))*)(?P<close>\))?")
 _WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,)]+)")
-_CAUGHT = re.compile(r"Watchdog caught collective operation timeout|\btimed out\b|before timing out")
-_TIMEOUT_AT = re.compile(r"\bTimeout at NCCL work: (-?\d+)")
-_HEARTBEAT = re.compile(r"Heartbeat monitor timed out")
-_RANK = re.compile(r"\bRank (\d+)\]")
+# Spaces are optional inside the phrases: a terminal that cut a line at a space and a copy that
+# trimmed it leave the words joined.
+_CAUGHT = re.compile(r"Watchdog\s*caught\s*collective\s*operation\s*timeout|\btimed\s*out\b|before\s*timing\s*out")
+_TIMEOUT_AT = re.compile(r"\bTimeout\s*at\s*NCCL\s*work:\s*(-?\d+)")
+_HEARTBEAT = re.compile(r"Heartbeat\s*monitor\s*timed\s*out")
+_RANK = re.compile(r"\bRank\s*(\d+)\]")
 _RANK_PREFIX = re.compile(r"^\s*\[rank(\d+)\]:")
-_RAN_FOR = re.compile(r"ran for (\d+) milliseconds")
+_RAN_FOR = re.compile(r"ran\s*for\s*(\d+)\s*milliseconds")
+_HINT = re.compile(r"ProcessGroupNCCL|Watchdog|WorkNCCL|Timeout\s*at|Heartbeat")
+_COMPLETE = re.compile(r"(?:before\s*timing\s*out|last\s*completed\s*NCCL\s*work:\s*-?\d+)\.?\s*$")
 _NEW_RECORD = re.compile(
-    r"^(?:\[rank\d+\]|\[[EWIF]\s?\d*|\(\w+ pid=\d+\)|Exception raised|frame #|Traceback|\S+:\d+:\d+ \[\d+\]"
-    r"|\d{4}-\d\d-\d\d|\[\d{4}-|terminate called|what\(\))"
+    r"^(?:\[rank\d+\]|\[[EWIFD]\s?\d*|\(\w+ pid=\d+\)|Exception raised|frame #|Traceback|\S+:\d+:\d+ \[\d+\]"
+    r"|\d{4}-\d\d-\d\d|\[\d{4}-|terminate called|what\(\)|File \"|\w+(?:\.\w+)*(?:Error|Exception):)"
 )
-_AFTER_CLOSE = re.compile(r"^(?:ran for\b|\d+ milliseconds\b|milliseconds\b|before timing out|\d+\s*$|\d+ mill)")
-MAX_PHYSICAL_LINES = 4
+MAX_PHYSICAL_LINES = 6
+WRAPPED_AT_LEAST = 60
+"""A line shorter than this was not cut by a terminal (none is narrower)."""
 
 
 class WatchdogReader:
@@ -53,27 +59,20 @@ class WatchdogReader:
     def __init__(self) -> None:
         self._found: list[WatchdogTimeout] = []
         self._described: dict[tuple[int | None, int], dict[str, str]] = {}
-        self._pending: tuple[str, str, int, int] | None = None  # joined text, first line, line_no, lines
+        self._record: list[str] = []
+        self._record_no = 0
 
     def feed(self, line: str, line_no: int) -> None:
         """Read one line (launcher prefixes included)."""
-        if self._pending is not None:
-            text, first, start, count = self._pending
-            piece = _RANK_PREFIX.sub("", line).strip() if _RANK_PREFIX.match(line) else line
-            if count < MAX_PHYSICAL_LINES and _continues(text, piece):
-                self._pending = (_join(text, piece), first, start, count + 1)
-                return
-            self._finish()
-        work = _WORK.search(line)
-        if work is not None and (work["close"] is None or not _has_ran_for_end(line[work.end():])):
-            self._pending = (line.rstrip(), line, line_no, 1)
+        if self._record and _continues(self._record, line):
+            self._record.append(line)
             return
-        self._read(line, line.strip(), line_no)
+        self._flush()
+        self._record, self._record_no = [line], line_no
 
     def close(self) -> tuple[WatchdogTimeout, ...]:
         """Every timeout found, each completed from the ``WorkNCCL(...)`` description of its work."""
-        if self._pending is not None:
-            self._finish()
+        self._flush()
         out = []
         for timeout in self._found:
             fields = self._described.get((timeout.rank, timeout.seq_num)) if timeout.seq_num is not None else None
@@ -81,11 +80,14 @@ class WatchdogReader:
                        if fields else timeout)
         return tuple(out)
 
-    def _finish(self) -> None:
-        assert self._pending is not None
-        text, first, line_no, _ = self._pending
-        self._pending = None
-        self._read(text, first.strip(), line_no)
+    def _flush(self) -> None:
+        if not self._record:
+            return
+        text = self._record[0].rstrip()
+        for piece in self._record[1:]:
+            text = _join(text, piece)
+        self._record = []
+        self._read(text, text.strip(), self._record_no)
 
     def _read(self, text: str, line: str, line_no: int) -> None:
         rank = _rank(text)
@@ -111,6 +113,16 @@ class WatchdogReader:
                 self._found[index] = _merge(known, timeout)
                 return
         self._found.append(timeout)
+
+
+def _continues(record: list[str], line: str) -> bool:
+    """Whether ``line`` is the rest of a watchdog statement a terminal wrapped onto the next line."""
+    stripped = line.strip()
+    if (len(record) >= MAX_PHYSICAL_LINES or not stripped or _NEW_RECORD.match(stripped)
+            or len(record[-1].rstrip()) < WRAPPED_AT_LEAST):
+        return False
+    text = " ".join(piece.strip() for piece in record)
+    return _HINT.search(text) is not None and _COMPLETE.search(text) is None
 
 
 def _from_fields(rank: int | None, fields: dict[str, str] | None, ran_for: int | None, line: str,
@@ -147,26 +159,10 @@ def _merge(known: WatchdogTimeout, more: WatchdogTimeout) -> WatchdogTimeout:
     return replace(known, **filled) if filled else known
 
 
-def _continues(text: str, piece: str) -> bool:
-    """Whether ``piece`` is the rest of a ``WorkNCCL(...)`` description a terminal wrapped."""
-    stripped = piece.strip()
-    if not stripped or _NEW_RECORD.match(stripped) or len(stripped) > 400:
-        return False
-    work = _WORK.search(text)
-    if work is not None and work["close"] is None:
-        return "=" in stripped or stripped.startswith((")", ",")) or bool(re.match(r"^[\w.]+[,)]", stripped))
-    return _AFTER_CLOSE.match(stripped) is not None
-
-
-def _has_ran_for_end(tail: str) -> bool:
-    """The text after ``WorkNCCL(...)`` is complete: it ends the sentence, or says nothing more."""
-    tail = tail.strip()
-    return not tail or "milliseconds" in tail or not tail.startswith("ran for")
-
-
 def _join(text: str, piece: str) -> str:
-    """Join a wrapped piece: directly where the cut fell inside a word or number, else with a space."""
-    if text[-1:].strip() and piece[:1].strip() and not text.endswith(","):
+    """Join a wrapped piece directly where both sides are characters (a cut inside a word or a
+    number; a cut at a trimmed space then loses the space, which the patterns above allow)."""
+    if text[-1:].strip() and piece[:1].strip():
         return text + piece.rstrip()
     return f"{text.rstrip()} {piece.strip()}"
 

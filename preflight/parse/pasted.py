@@ -76,3 +76,35 @@ def unpaste(lines: Sequence[str]) -> tuple[list[str], list[str]]:
         notes.append(f"every line was indented by {len(indent)} {'tab' if indent == chr(9) else 'character'}"
                      f"{'' if len(indent) == 1 else 's'}; the indentation was removed")
     return out, notes
+
+
+TERMINAL_WIDTHS = (80, 100, 120, 132, 160, 200, 240)
+"""Common terminal widths, named in a note when a wrapped copy's cuts all fell between cells."""
+
+
+def join_wrapped(groups: Sequence[Sequence[str]], inside_words: bool) -> tuple[list[str], str]:
+    """Each group of physical lines (a line and the continuations a terminal wrapped it into)
+    joined into one line, and the width it was wrapped at, in words.
+
+    A terminal cuts at exactly its width W. A cut that fell on whitespace joins with a space. With
+    ``inside_words``, a cut line that ends in a character where the next piece starts with one is
+    taken as cut inside a word at W (the longest such line) and joined directly. Whether that is
+    so cannot be told from the text when trailing spaces were trimmed, so the parsers try both and
+    keep the reading that checks out. A continuation the terminal indented always joins with a
+    space: a word it cut stays cut, and the parser refuses instead of guessing.
+    """
+    cut_inside = [group[i] for group in groups for i in range(len(group) - 1)
+                  if group[i][-1:].strip() and group[i + 1][:1].strip()]
+    exact = max((len(line) for line in cut_inside), default=None) if inside_words else None
+    joined = []
+    for group in groups:
+        text = group[0].rstrip()
+        for previous, piece in zip(group, group[1:], strict=False):  # each piece after the one before it
+            inside = exact is not None and len(previous) == exact and previous[-1:].strip() and piece[:1].strip()
+            text = text + piece.rstrip() if inside else f"{text} {piece.strip()}"
+        joined.append(text.rstrip())
+    if exact is not None:
+        return joined, f"{exact} columns"
+    longest = max((len(group[i].rstrip()) for group in groups for i in range(len(group) - 1)), default=0)
+    near = next((width for width in TERMINAL_WIDTHS if longest <= width < longest + 8), None)
+    return joined, f"{near} columns" if near else f"{longest} columns or a little more"

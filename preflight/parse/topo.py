@@ -22,7 +22,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from preflight.parse.pasted import unpaste
+from preflight.parse.pasted import join_wrapped, unpaste
 
 
 class TopologyParseError(ValueError):
@@ -47,8 +47,6 @@ _NIC_NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_.:-]*$")
 _NIC_LEGEND = re.compile(r"^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$")
 _LAUNCHER_PREFIX = re.compile(r"^(\s*[0-9]+: |\[[0-9]+,[0-9]+\]<std(?:out|err)>:)")
 """``srun --label`` (``0: ``) and ``mpirun --tag-output`` (``[1,0]<stdout>:``) line prefixes."""
-TERMINAL_WIDTHS = (80, 100, 120, 132, 160, 200, 240)
-"""Terminal widths a wrapped copy is assumed to have been cut at (the first one its lines fit in)."""
 _ID_LIST = re.compile(r"^[0-9]+(?:-[0-9]+)?(?:,[0-9]+(?:-[0-9]+)?)*$")
 
 
@@ -134,16 +132,24 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
     lines, paste_notes = unpaste([_ANSI.sub("", line).rstrip("\r") for line in raw_lines])
     lines = _strip_launcher_prefix(lines)
     header_at = _find_header(lines)
-    width = _wrap_width(lines, header_at)
-    if width is None:
+    if not _is_wrapped(lines, header_at):
         return _parse_lines(lines, header_at, paste_notes)
-    rejoined = _rejoin(lines, header_at, width)
-    try:
-        matrix = _parse_lines(rejoined, header_at, paste_notes)
-    except TopologyParseError as exc:
-        raise TopologyParseError(f"the capture was wrapped at {width} columns (long lines continue on the next "
-                                 f"line) and cannot be rejoined with certainty: {exc}") from None
-    note = f"the capture was wrapped at {width} columns; its lines were rejoined and every GPU cell checked"
+    readings: list[tuple[TopoMatrix, str]] = []
+    problem = ""
+    for inside_words in (True, False):
+        rejoined, width = _rejoin(lines, header_at, inside_words)
+        try:
+            readings.append((_parse_lines(rejoined, header_at, paste_notes), width))
+        except TopologyParseError as exc:
+            problem = problem or f"the capture was wrapped at {width} (long lines continue on the next line) and " \
+                                 f"cannot be rejoined with certainty: {exc}"
+    if not readings:
+        raise TopologyParseError(problem)
+    if len(readings) == 2 and readings[0][0].as_dict() != readings[1][0].as_dict():
+        raise TopologyParseError(f"the capture was wrapped at {readings[0][1]} and rejoins two ways that both read "
+                                 "as a matrix (was a cell cut at the edge?); capture it again without wrapping")
+    matrix, width = readings[0]
+    note = f"the capture was wrapped at {width}; its lines were rejoined and every GPU cell checked"
     return replace(matrix, notes=(*matrix.notes, note))
 
 
@@ -213,15 +219,12 @@ def _is_first_row(line: str) -> bool:
     return len(tokens) > 1 and tokens[0] == "GPU0" and LINK_CODE.match(tokens[1]) is not None
 
 
-def _wrap_width(lines: Sequence[str], header_at: int) -> int | None:
-    """The terminal width the capture was wrapped at, or None when it was not wrapped.
-
-    A wrapped capture has a header that does not end on its own line: the line after it is
-    neither the GPU0 row nor blank, and the header reaches (nearly) the widest line of the block.
-    """
+def _is_wrapped(lines: Sequence[str], header_at: int) -> bool:
+    """A wrapped capture has a header that does not end on its own line: the line after it is
+    neither the GPU0 row nor blank, and the header reaches (nearly) the widest line of its block."""
     following = lines[header_at + 1] if header_at + 1 < len(lines) else ""
     if not following.strip() or _is_first_row(following):
-        return None
+        return False
     block = []
     for line in lines[header_at:]:
         if not line.strip():
@@ -229,49 +232,33 @@ def _wrap_width(lines: Sequence[str], header_at: int) -> int | None:
         block.append(line)
     longest = max(len(line) for line in block)
     reaching = [line for line in block if len(line.rstrip()) > longest - 8]
-    if longest < 40 or len(reaching) < 2 or len(lines[header_at].rstrip()) <= longest - 8:
-        return None
-    # Cells sit on 8-column tab stops, so many wrapped lines end at the same column short of the
-    # edge; only a terminal width tells where a cut could fall inside a cell.
-    return next((width for width in TERMINAL_WIDTHS if width >= longest), longest)
+    return longest >= 40 and len(reaching) >= 2 and len(lines[header_at].rstrip()) > longest - 8
 
 
-def _rejoin(lines: Sequence[str], header_at: int, width: int) -> list[str]:
-    """The lines with each wrapped header and row joined back into one line.
+def _rejoin(lines: Sequence[str], header_at: int, inside_words: bool) -> tuple[list[str], str]:
+    """The lines with each wrapped header and row joined back into one, and the width in words.
 
-    A physical line continues on the next one until the next row label (or a blank line). Where a
-    line filled the whole width and the next starts with a character, the cut fell inside a cell
-    and the two are joined directly; elsewhere the cut fell between cells and they are joined with
-    a space. A continuation indented by the terminal is joined with a space, so a cell it cut in
-    two stays two invalid cells and the matrix is refused rather than guessed.
+    The header continues until the GPU0 row; each row until the next line that starts with a
+    row label (or a blank line). How the pieces are joined: :func:`join_wrapped`.
     """
-    out = list(lines[:header_at])
-    header, index = _logical_line(lines, header_at, width, lambda line: _is_first_row(line))
-    out.append(header)
-    labels = set(_split_header(header))
+    groups: list[list[str]] = []
+    index = _group(lines, header_at, groups, lambda line: _is_first_row(line))
+    labels = set(_split_header(join_wrapped(groups[:1], inside_words)[0][0]))
     while index < len(lines) and lines[index].strip():
-        row, index = _logical_line(lines, index, width, lambda line: line.split()[0] in labels)
-        out.append(row)
-    out.extend(lines[index:])
-    return out
+        index = _group(lines, index, groups, lambda line: line.split()[0] in labels)
+    joined, width = join_wrapped(groups, inside_words)
+    return [*lines[:header_at], *joined, *lines[index:]], width
 
 
-def _logical_line(lines: Sequence[str], start: int, width: int, starts_next: Callable[[str], bool]) -> tuple[str, int]:
-    """``lines[start]`` joined with its continuations, and the index of the line after them."""
-    joined, last = lines[start].rstrip(), lines[start]
+def _group(lines: Sequence[str], start: int, groups: list[list[str]], starts_next: Callable[[str], bool]) -> int:
+    """Add ``lines[start]`` and its continuations to ``groups``; the index of the line after them."""
+    group = [lines[start]]
     index = start + 1
     while index < len(lines) and lines[index].strip() and not starts_next(lines[index]):
-        joined = _join(joined, last, lines[index], width)
-        last = lines[index]
+        group.append(lines[index])
         index += 1
-    return joined, index
-
-
-def _join(joined: str, last: str, continuation: str, width: int) -> str:
-    """Add ``continuation`` to ``joined``, whose last physical line was ``last``."""
-    if len(last) >= width and last[-1:].strip() and continuation[:1].strip():
-        return joined + continuation.rstrip()
-    return f"{joined} {continuation.strip()}"
+    groups.append(group)
+    return index
 
 
 def _strip_launcher_prefix(lines: list[str]) -> list[str]:
