@@ -26,7 +26,7 @@ COLORS = ("#0a58ca", "#b3261e", "#1e7f3c", "#6b1f8f")
 def _nice_step(span: float) -> float:
     """A 1/2/5 x 10^k step giving about five ticks over ``span``."""
     raw = span / 5 if span > 0 else 1.0
-    power = 10 ** math.floor(math.log10(raw))
+    power: float = 10 ** math.floor(math.log10(raw))  # an int for k >= 0, as before; a float below
     for factor in (1, 2, 5, 10):
         if raw <= factor * power:
             return factor * power

@@ -127,8 +127,8 @@ def metric_families(checks: Iterable[dict[str, Any]]) -> Iterator[GaugeMetricFam
     for family, by_labels in sorted(samples.items()):
         names = sorted({k for labels in by_labels for k, _ in labels}, key=lambda n: (n != "check", n))
         gauge = GaugeMetricFamily(family, helps[family], labels=names)
-        for labels, value in by_labels.items():
-            found = dict(labels)
+        for label_pairs, value in by_labels.items():
+            found = dict(label_pairs)
             gauge.add_metric([found.get(n, "") for n in names], value)
         yield gauge
 

@@ -160,7 +160,7 @@ def _timed(ctx: WorkerContext, buffer: Any, iters: int) -> float:
             dist.all_reduce(buffer)
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1000.0 / iters
+        return float(start.elapsed_time(end)) / 1000.0 / iters
     began = time.perf_counter()
     for _ in range(iters):
         dist.all_reduce(buffer)
