@@ -38,7 +38,7 @@ def main(argv: list[str]) -> int:
             raise UsageError(str(exc)) from None
     names = unique_names([str(r.get("node", {}).get("hostname") or p.stem) for p, r in loaded],
                          [str(p) for p, _ in loaded])
-    fleet = build_fleet([NodeReport(name, str(path), report) for name, (path, report) in zip(names, loaded)])
+    fleet = build_fleet([NodeReport(name, str(path), report) for name, (path, report) in zip(names, loaded, strict=True)])
     json_path, html_path = args.out / "fleet.json", args.out / "fleet.html"
     try:
         write_atomic(json_path, dump_json(fleet))

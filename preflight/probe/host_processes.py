@@ -123,9 +123,10 @@ def classify(proc: ProcessInfo) -> str | None:
     """Why ``proc`` looks like a training job (launcher, nccl-tests, train script), or None."""
     argv = proc.cmdline
     program = os.path.basename(argv[0]) if argv else proc.name
-    if program in _LAUNCHER_NAMES or proc.name in _LAUNCHER_NAMES:
-        if program != "accelerate" or "launch" in argv[1:2]:
-            return f"{program} launcher"
+    if (program in _LAUNCHER_NAMES or proc.name in _LAUNCHER_NAMES) and (
+        program != "accelerate" or "launch" in argv[1:2]
+    ):
+        return f"{program} launcher"
     for module in _LAUNCHER_MODULES:
         if module in argv:
             return f"python -m {module}"
