@@ -33,10 +33,14 @@ def _nice_step(span: float) -> float:
     return 10 * power
 
 
-def busbw_chart(runs: Sequence[SweepRun], expected: Expectation | None, title: str = "All-reduce busbw by message size") -> View:
+def busbw_chart(
+    runs: Sequence[SweepRun], expected: Expectation | None, title: str = "All-reduce busbw by message size"
+) -> View:
     """Both runs' busbw against message size (log scale), with the expected figure as a dashed line."""
     sizes = sorted({s.bytes for run in runs for s in run.sizes})
-    top_value = max([s.busbw_gbps for run in runs for s in run.sizes] + [expected.busbw_gbps if expected else 0.0] + [0.0])
+    top_value = max(
+        [s.busbw_gbps for run in runs for s in run.sizes] + [expected.busbw_gbps if expected else 0.0] + [0.0]
+    )
     step = _nice_step(top_value * 1.1 or 1.0)
     y_max = step * math.ceil((top_value * 1.1 or 1.0) / step)
     x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP

@@ -185,7 +185,9 @@ def _row(line: str, columns: list[str], line_no: int) -> Row:
     """One table row, read through the header's column names."""
     tokens = line.split()
     if len(tokens) != len(columns):
-        raise NcclTestsError(f"line {line_no}: {len(tokens)} fields where the header names {len(columns)}: {line.strip()!r}")
+        raise NcclTestsError(
+            f"line {line_no}: {len(tokens)} fields where the header names {len(columns)}: {line.strip()!r}"
+        )
     lead = [name for name in columns if name in _LEADING]
     if columns[: len(lead)] != lead:
         raise NcclTestsError(f"line {line_no}: unexpected column order {columns!r}")

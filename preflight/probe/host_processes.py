@@ -19,7 +19,9 @@ _TRAINING_SCRIPT = re.compile(r"(^|[_\-/])(train|training|pretrain|finetune|fine
 _LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "deepspeed.launcher.launch",
                      "deepspeed.launcher.runner")
 _LAUNCHER_NAMES = ("torchrun", "deepspeed", "accelerate")
-_NCCL_TESTS = re.compile(r"^(all_reduce|all_gather|alltoall|broadcast|reduce|reduce_scatter|sendrecv|scatter|gather|hypercube)_perf")
+_NCCL_TESTS = re.compile(
+    r"^(all_reduce|all_gather|alltoall|broadcast|reduce|reduce_scatter|sendrecv|scatter|gather|hypercube)_perf"
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -171,7 +171,8 @@ def build_fleet(nodes: list[NodeReport]) -> dict[str, Any]:
 def unique_names(hostnames: list[str], sources: list[str]) -> list[str]:
     """Hostnames, with the report's file added where two reports come from the same host."""
     counts = Counter(hostnames)
-    names = [host if counts[host] == 1 else f"{host} ({source})" for host, source in zip(hostnames, sources, strict=True)]
+    names = [host if counts[host] == 1 else f"{host} ({source})"
+             for host, source in zip(hostnames, sources, strict=True)]
     seen: Counter[str] = Counter()
     unique = []
     for name in names:

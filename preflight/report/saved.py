@@ -43,5 +43,6 @@ def check_report(data: Any, where: str) -> dict[str, Any]:
                                "(use the preflight release that wrote it)")
     missing = [key for key in REQUIRED_KEYS if key not in data]
     if missing or not isinstance(data.get("checks"), list):
-        raise UnreadableReport(f"{where} is not a complete preflight report (missing {', '.join(missing) or 'checks list'})")
+        absent = ", ".join(missing) or "checks list"
+        raise UnreadableReport(f"{where} is not a complete preflight report (missing {absent})")
     return data
