@@ -187,7 +187,7 @@ def _listening_pids(port: int, connections: Callable[[], Iterable[object]] | Non
 
     try:
         found = {
-            conn.pid  # type: ignore[attr-defined]
+            conn.pid  # type: ignore[attr-defined]  # psutil's sconn or a test double; the getattr below checks it
             for conn in connections()
             if getattr(conn, "status", "") == "LISTEN"
             and getattr(getattr(conn, "laddr", None), "port", None) == port
