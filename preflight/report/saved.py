@@ -42,7 +42,7 @@ def load_report(path: str) -> dict[str, Any]:
 def check_report(data: Any, where: str) -> dict[str, Any]:
     """``data`` itself when it is a preflight report of a supported schema version."""
     tool = data.get("tool") if isinstance(data, dict) else None
-    if not isinstance(tool, dict) or tool.get("name") != "preflight":
+    if not isinstance(data, dict) or not isinstance(tool, dict) or tool.get("name") != "preflight":
         raise UnreadableReport(f"{where} is not a preflight report (no tool.name 'preflight')")
     version = data.get("schema_version")
     if version not in SUPPORTED_SCHEMA_VERSIONS:
