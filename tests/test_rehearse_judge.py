@@ -229,3 +229,29 @@ def test_the_chart_and_the_table_carry_every_size():
     assert lines[-1] == "8 ranks FAIL REHEARSAL_HUNG: 8 ranks hung"
     view = table_view(section)
     assert view.data["highlight"] == [1] and view.data["columns"][0] == "ranks"
+
+
+def test_a_rehearsal_section_validates_against_the_shipped_schema(tmp_path):
+    """A section built by the session (every field type, failed and passed sizes) in a report
+    built by the report model: valid for jsonschema and for preflight's own validator."""
+    from preflight.rehearse.plan import RehearsalPlan
+    from preflight.rehearse.session import RehearsalSession
+    from preflight.report.model import RunRecord, build_report
+    from preflight.report.validate import first_problem
+    from tests.conftest import validate_report
+
+    plan = RehearsalPlan(script=tmp_path / "train.py", script_text="train.py", args=("--lr", "1"), cwd=tmp_path,
+                         sizes=(1, 2, 8), price_per_hour=98.0)
+    session = RehearsalSession(plan, tmp_path)
+    session.figures = {1: _fig(1, 3.2), 2: _fig(2, 3.1), 8: None}
+    session.verdicts = {1: judge_scaling([], None), 2: judge_scaling([], None)}
+    session.comm = CommModel(params=7_000_000_000, bytes_per_param=2, strategy="zero3", busbw_gbps=180.0,
+                             busbw_source="measured", params_source="given with --model-params")
+    session.rows = scaling_rows([_fig(1, 3.2), _fig(2, 3.1)], session.comm, 98.0)
+    report = build_report(RunRecord(), node={"hostname": "h", "os": "linux", "kernel": "6", "cpu": "x", "cpu_count": 2,
+                                             "memory_bytes": 1, "python": "3.11", "torch": {}},
+                          environment={}, options={}, exit_code=0, sections={"rehearsal": session.section(),
+                                                                             "checks": "never replaces a core key"})
+    assert isinstance(report["checks"], list) and report["rehearsal"]["sizes"][2]["status"] == "NOT RUN"
+    validate_report(report)
+    assert first_problem(report) is None

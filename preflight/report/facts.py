@@ -29,7 +29,5 @@ def add_section(config: pytest.Config, name: str, data: Any) -> None:
 
 def gathered_sections(config: pytest.Config) -> dict[str, Any]:
     """Every top-level section added so far."""
-    if SECTIONS_KEY not in config.stash:
-        return {}
-    sections: dict[str, Any] = config.stash[SECTIONS_KEY]
+    sections: dict[str, Any] = config.stash.get(SECTIONS_KEY, {})
     return dict(sections)
