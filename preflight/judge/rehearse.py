@@ -216,7 +216,8 @@ def judge_scaling(rows: Sequence[ScalingRow], comm: CommModel | None, not_measur
         return passed(summary, metrics=tuple(metrics), details=details)
     worst = min(short, key=lambda r: r.efficiency)
     why, fix = _lost_text(worst, base, comm)
-    slower = " (more ranks run slower than fewer)" if worst.scaling < 1.0 else ""
+    slower = (f" ({worst.nproc} ranks together do less than {base.nproc} alone)" if worst.scaling < 1.0 else "")
+    others = f" All sizes: {summary}" if len(rows) > 2 else ""
     text = (f"{worst.nproc} ranks give {worst.scaling:.2f}x the throughput of {base.nproc}, {worst.efficiency:.0%} "
-            f"of linear{slower}: {why}. {summary}")
+            f"of linear{slower}: {why}.{others}")
     return warn("REHEARSAL_SCALING_LOW", text, fix, metrics=tuple(metrics), details=details)

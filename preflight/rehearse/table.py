@@ -27,7 +27,9 @@ def _memory(size: dict[str, Any]) -> str:
 
 
 def _money(value: Any) -> str:
-    return "-" if value is None else f"${value:,.2f}"
+    if value is None:
+        return "-"
+    return "<$0.01" if 0 < value < 0.005 else f"${value:,.2f}"
 
 
 def columns(section: dict[str, Any]) -> list[tuple[str, str]]:
