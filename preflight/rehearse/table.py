@@ -112,5 +112,8 @@ def table_view(section: dict[str, Any]) -> View:
     sizes = section.get("sizes", [])
     rows = [[cells(size)[key] for key, _ in cols] for size in sizes]
     highlight = [i for i, size in enumerate(sizes) if size.get("status") in ("FAIL", "ERROR", "WARN")]
-    return View("table", title(section) + ". " + " ".join(footnotes(section)),
+    legend = "* batches/s = steps/s x ranks"
+    if section.get("communication"):
+        legend += "; + predicted, see the evidence"
+    return View("table", f"{title(section)} ({legend})",
                 {"columns": [head for _, head in cols], "rows": rows, "highlight": highlight})
