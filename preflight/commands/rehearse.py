@@ -153,7 +153,8 @@ def main(argv: list[str]) -> int:
 
     from preflight.rehearse.session import RehearsalSession
 
-    if argv and argv[0] in ("-h", "--help"):
+    head = argv[: argv.index("--")] if "--" in argv else argv
+    if "-h" in head or "--help" in head:
         build_parser().print_help()
         return 0
     cwd = Path.cwd()
