@@ -5,13 +5,12 @@ from __future__ import annotations
 import pytest
 
 from preflight.judge.ddp import judge_ddp_step
-
-DDP_WANTED_S = 90.0
+from preflight.launch.outcome import PhaseResult
+from preflight.recording import Recorder
 
 
 @pytest.mark.distributed
-def test_ddp_step(record, launch_worker, ddp_worker_module, strategies):
+@pytest.mark.rehearsal("ddp")
+def test_ddp_step(record: Recorder, strategy_rehearsal: PhaseResult) -> None:
     """One DDP step on every rank leaves identical parameters"""
-    strategies.require("ddp")
-    launch = launch_worker(ddp_worker_module, name="ddp", wanted_s=DDP_WANTED_S)
-    record(judge_ddp_step(launch))
+    record(judge_ddp_step(strategy_rehearsal))

@@ -66,6 +66,7 @@ def test_gpu_cpu_affinity(record, smi_topology, gpu_inventory):
 
 @pytest.mark.gpu
 @pytest.mark.distributed
+@pytest.mark.rehearsal("p2p")
 def test_p2p_copies(record, p2p_launch, smi_topology, nvml_topology, pcie_facts):
     """Peer-to-peer copies between every GPU pair arrive intact"""
     if p2p_launch is None:
