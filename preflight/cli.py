@@ -15,7 +15,6 @@ import json
 import os
 import pkgutil
 import sys
-import warnings
 from pathlib import Path
 
 import preflight
@@ -115,16 +114,6 @@ def _check_report_dir(path: Path) -> None:
         raise UsageError(f"cannot write reports to {path}: {exc.strerror or exc}") from None
 
 
-def _check_torch() -> None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy" on installs without numpy
-            import torch  # noqa: F401
-    except Exception as exc:  # noqa: BLE001 - any import failure means the install is broken
-        raise UsageError(f"torch cannot be imported ({type(exc).__name__}: {exc}); reinstall it in this "
-                         "environment, e.g. pip install --force-reinstall torch") from None
-
-
 def _run_pytest(argv: list[str]) -> tuple[int, str]:
     """Run pytest with its Python-level stderr held back: a usage error from options passed after
     ``--`` is several lines of pytest usage, and the user gets one line instead."""
@@ -167,7 +156,6 @@ def run(argv: list[str]) -> int:
     args = build_parser(convert=False).parse_args(head)
     report_dir = Path(args.report_dir or "reports").resolve()
     _check_report_dir(report_dir)
-    _check_torch()
     stale = report_dir / "preflight.json"
     stale.unlink(missing_ok=True)
     code, errors = _run_pytest(pytest_argv(args, extra))

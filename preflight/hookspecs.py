@@ -24,13 +24,16 @@ hookspec = pluggy.HookspecMarker("pytest")
 def pytest_preflight_phases(config: pytest.Config, wanted: frozenset[str]) -> list[Phase]:
     """Return the phases this area owns among ``wanted`` (names the selected checks need) that can
     run on this node, in any order; the rehearsal orders them."""
+    return []
 
 
 @hookspec(firstresult=True)
 def pytest_preflight_phase(config: pytest.Config, phase: Phase) -> Phase | None:
     """Return a replacement for ``phase`` (tests: a faulty entry), or None to keep it."""
+    return None
 
 
 @hookspec(firstresult=True)
 def pytest_preflight_transports(config: pytest.Config) -> Transports | None:
     """Return the transports of this run (tests: fakes); preflight's own implementation returns the real ones."""
+    return None

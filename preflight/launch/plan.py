@@ -13,7 +13,6 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-
 from preflight.workers.common import LEAVING, STARTUP
 
 LEAVING_BUDGET_S = 30.0

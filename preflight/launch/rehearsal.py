@@ -36,20 +36,19 @@ POLL_S = 0.05
 
 @dataclass(frozen=True, slots=True)
 class Budget:
-    """How long the next launch may take: the time left of the run, and the per-launch cap."""
+    """How long the next launch may take: what is left of the run's deadline (``--timeout``).
+
+    ``--launch-timeout`` is not part of it: it caps each phase's budget (a phase still running past it
+    is a hang), while the run's deadline only ever cuts a launch short, which is not the node's fault."""
 
     remaining_s: Callable[[], float]
-    launch_timeout_s: float
     run_timeout_s: float
 
     def for_launch(self) -> tuple[float, str]:
         """(deadline in seconds, the reason a phase cut by it gets)."""
         left = self.remaining_s() - REPORT_RESERVE_S
-        if left <= self.launch_timeout_s:
-            return left, (f"not finished: the run's deadline (--timeout {self.run_timeout_s:.0f} s) left "
-                          f"{max(0.0, left):.0f} s for this launch")
-        return self.launch_timeout_s, (f"not finished: the launch deadline (--launch-timeout "
-                                       f"{self.launch_timeout_s:.0f} s) ended it")
+        return left, (f"not finished: the run's deadline (--timeout {self.run_timeout_s:.0f} s) left "
+                      f"{max(0.0, left):.0f} s for this launch")
 
 
 @dataclass(slots=True)
@@ -163,8 +162,8 @@ class Rehearsal:
         """A launch of its own (different settings), after the rehearsal has ended; cached by label."""
         if label in self._separate:
             return self._separate[label]
-        for running in self._runs:
-            running.thread.join()
+        for earlier in self._runs:
+            earlier.thread.join()
         running = self._launch(plan, f"{plan.name}-{_slug(label)}")
         if running is None:
             phases = tuple(_not_run(plan, p.name, self.logs_dir / plan.name,

@@ -16,6 +16,7 @@ but only to processes whose command line carries this launch's own run directory
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -39,11 +40,12 @@ from preflight.launch.outcome import (
     failure_exitcodes,
     root_cause_rank,
 )
-from preflight.launch.plan import STARTUP, LaunchPlan
+from preflight.launch.plan import LaunchPlan
 from preflight.workers.common import (
     BACKEND_ENV,
     PG_TIMEOUT_ENV,
     RUN_DIR_ENV,
+    STARTUP,
     error_name,
     progress_name,
     result_name,
@@ -233,10 +235,8 @@ def stop(proc: subprocess.Popen[bytes], run_dir: Path) -> list[int]:
         for p in alive:
             _signal_pid(p.pid, sig)
         psutil.wait_procs(alive, timeout=TERM_GRACE_S)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=TERM_GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
     return [p.pid for p in family if _alive(p)]
 
 
@@ -284,17 +284,13 @@ def _process_groups(processes: Sequence[psutil.Process]) -> set[int]:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _signal_pid(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 # -- reading what the ranks left ------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +74,13 @@ class JobTorch:
 
 def from_child_output(python: str, data: Mapping[str, Any]) -> JobTorch:
     """The facts from the child's JSON."""
-    common = {"python": str(data.get("python") or python), "python_version": data.get("python_version"),
-              "wheels": {str(k): str(v) for k, v in dict(data.get("wheels") or {}).items()}}
+    base = JobTorch(python=str(data.get("python") or python), python_version=data.get("python_version"),
+                    wheels={str(k): str(v) for k, v in dict(data.get("wheels") or {}).items()})
     if data.get("import_error") or not data.get("version"):
-        return JobTorch(**common, problem=f"import torch failed: {data.get('import_error') or 'no version'}")
+        return replace(base, problem=f"import torch failed: {data.get('import_error') or 'no version'}")
     nccl = data.get("nccl")
-    return JobTorch(
-        **common, version=str(data["version"]), cuda=data.get("cuda"), hip=data.get("hip"),
+    return replace(
+        base, version=str(data["version"]), cuda=data.get("cuda"), hip=data.get("hip"),
         arch_list=tuple(str(a) for a in data.get("arch_list") or ()),
         nccl=tuple(int(n) for n in nccl) if nccl else None, nccl_suffix=str(data.get("nccl_suffix") or ""),
         device_count=data.get("device_count"), device_count_error=data.get("device_count_error"),
@@ -94,8 +94,10 @@ def read_job_torch(transports: Transports, timeout_s: float = TIMEOUT_S) -> JobT
     result = transports.run(torch_probe_argv(transports.python), timeout_s=timeout_s, env=dict(transports.environ))
     if not result.ok:
         detail = result.describe_failure()
-        tail = result.stderr.strip().splitlines()[-1:] if result.stderr.strip() else []
-        return JobTorch(python=transports.python, problem=f"{detail}{': ' + tail[0] if tail and tail[0] not in detail else ''}")
+        tail = result.stderr.strip().splitlines()[-1:]
+        if tail and tail[0] not in detail:
+            detail = f"{detail}: {tail[0]}"
+        return JobTorch(python=transports.python, problem=detail)
     try:
         data = json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):

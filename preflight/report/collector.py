@@ -21,7 +21,7 @@ import pytest
 
 from preflight.errors import EXIT_NOT_READY, EXIT_OK
 from preflight.outcome import RunVerdict
-from preflight.probe.node import node_facts, torch_facts
+from preflight.probe.node import node_facts
 from preflight.report.facts import gathered_facts
 from preflight.report.html import render_html
 from preflight.report.model import CheckResult, RunRecord, build_report
@@ -135,7 +135,7 @@ class ReportCollector:
             if self.report is not None:
                 return
             began = time.monotonic()
-            node: dict[str, Any] = {**node_facts(), "torch": torch_facts()}
+            node: dict[str, Any] = {**node_facts(), **_node_model_facts(self.config)}
             node.update(gathered_facts(self.config))
             report = build_report(
                 self.record,
@@ -202,6 +202,13 @@ class ReportCollector:
                   + ", ".join(str(p) for p in self.written), file=sys.stderr, flush=True)
         finally:
             os._exit(EXIT_NOT_READY)
+
+
+def _node_model_facts(config: pytest.Config) -> dict[str, Any]:
+    """The node model's sections (the job's torch, the job), whatever ``-k`` selected."""
+    from preflight.plugin import node_for
+
+    return node_for(config).as_dict()
 
 
 def _seconds_since_process_start() -> float | None:

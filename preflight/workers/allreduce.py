@@ -77,7 +77,8 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
     }
 
 
-def measure_size(ctx: WorkerContext, nbytes: int, warmup: int, max_iters: int, min_iters: int) -> tuple[SizeResult, int]:
+def measure_size(ctx: WorkerContext, nbytes: int, warmup: int, max_iters: int,
+                 min_iters: int) -> tuple[SizeResult, int]:
     """One message size: correctness pass, warm-up, timed trials; the figures and the iterations used."""
     import torch
 
