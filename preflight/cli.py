@@ -157,7 +157,6 @@ def run(argv: list[str]) -> int:
     report_dir = Path(args.report_dir or "reports").resolve()
     _check_report_dir(report_dir)
     stale = report_dir / "preflight.json"
-    stale.unlink(missing_ok=True)
     code, errors = _run_pytest(pytest_argv(args, extra))
     if code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError(_usage_line(errors))

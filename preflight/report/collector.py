@@ -25,6 +25,7 @@ from preflight.probe.node import node_facts
 from preflight.report.facts import gathered_facts
 from preflight.report.html import render_html
 from preflight.report.model import CheckResult, RunRecord, build_report
+from preflight.report.ownership import DirectoryInUse, ReportDirectory
 from preflight.report.redact import redact_obj, report_environment
 from preflight.report.writer import LineLog, dump_json, write_atomic
 from preflight.settings import Settings
@@ -55,16 +56,29 @@ class ReportCollector:
         self._write_lock = threading.Lock()
         self._finished = threading.Event()
         self._old_sigterm: Any = None
+        self.directory: ReportDirectory | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Create the report directory (usage error when impossible) and start the line log."""
+        """Own the report directory (a second run into it is refused), remove what an earlier run left
+        there, and start the line log; a usage error when any of it is impossible."""
+        directory = ReportDirectory(self.report_dir)
         try:
-            self.report_dir.mkdir(parents=True, exist_ok=True)
+            directory.acquire()
+            directory.clear_previous(self._own_outputs())
             self.lines = LineLog(self.report_dir / LINES_NAME)
+        except DirectoryInUse as exc:
+            raise pytest.UsageError(str(exc)) from None
         except OSError as exc:
             raise pytest.UsageError(f"cannot write reports to {self.report_dir}: {exc.strerror or exc}") from None
+        self.directory = directory
+
+    def _own_outputs(self) -> list[Path]:
+        """This run's outputs outside the report's fixed names: the JUnit and Prometheus files it was given."""
+        paths = [self.config.getoption("xmlpath", default=None), self.config.getoption("preflight_prometheus",
+                                                                                        default=None)]
+        return [Path(p) for p in paths if p]
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
@@ -97,6 +111,12 @@ class ReportCollector:
         self._finished.set()
         if self._old_sigterm is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The run is over (JUnit and the Prometheus textfile written): let the next run in."""
+        if self.directory is not None:
+            self.directory.release()
 
     # -- writing ---------------------------------------------------------------------------
 
