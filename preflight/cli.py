@@ -15,7 +15,9 @@ import json
 import os
 import pkgutil
 import sys
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import preflight
 import preflight.commands
@@ -57,17 +59,19 @@ def build_parser(convert: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-def _add(parser: argparse.ArgumentParser, option: Option, wrap: object) -> None:
+def _add(
+    parser: argparse.ArgumentParser, option: Option, wrap: Callable[[Callable[[str], Any]], Callable[[str], Any]] | None
+) -> None:
     flag = f"--{option.name}"
     if option.flag:
         parser.add_argument(flag, dest=option.dest, action="store_true", help=option.help)
         return
-    kwargs: dict[str, object] = {"dest": option.dest, "help": option.help, "metavar": option.metavar,
+    kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help, "metavar": option.metavar,
                                  "choices": option.choices, "default": None,
                                  "action": "append" if option.multiple else "store"}
     if option.type is not None and wrap is not None:
-        kwargs["type"] = wrap(option.type)  # type: ignore[operator]
-    parser.add_argument(flag, **kwargs)  # type: ignore[arg-type]
+        kwargs["type"] = wrap(option.type)
+    parser.add_argument(flag, **kwargs)
 
 
 def plugin_args() -> list[str]:

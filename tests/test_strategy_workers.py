@@ -11,12 +11,11 @@ import torch
 
 from preflight.judge.strategies import judge_strategy
 from preflight.launch.outcome import PhaseResult
-from preflight.launch.plan import Phase
 from preflight.outcome import Status
 from preflight.workers import phases
 
 from tests.conftest import REPO_ROOT
-from tests.launching import launch_phase, launch_phases
+from tests.launching import launch_phase
 
 pytestmark = pytest.mark.subprocess
 

@@ -2,12 +2,14 @@
 
 ``nvidia-smi`` can take minutes on a sick node, so every command runs in its own session and the
 whole process group is killed when the deadline passes; the kernel kills it too if preflight dies
-first (``PR_SET_PDEATHSIG``: the calling thread must wait for the command, as this function does). A missing executable, a timeout and a
-non-zero exit are all values on :class:`CommandResult`, never exceptions.
+first (``PR_SET_PDEATHSIG``: the calling thread must wait for the command, as this function does).
+A missing executable, a timeout and a non-zero exit are all values on :class:`CommandResult`, never
+exceptions.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -95,7 +97,5 @@ def run_command(
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL the process group of ``proc`` (it was started in its own session)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

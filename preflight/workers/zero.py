@@ -80,7 +80,7 @@ def parameter_digests(engine: Any, stage: int) -> dict[str, str]:
     """``name -> sha256`` of every parameter in full (ZeRO-3 gathers them first, on every rank)."""
     import deepspeed
 
-    from preflight.workers.tiny_model import tensor_digest
+    from preflight.workers.digest import tensor_digest
 
     named = list(engine.module.named_parameters())
     if stage != 3:
@@ -125,7 +125,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
                     engine.backward(loss)
                     engine.step()
                     total += float(loss.detach())
-                return total / args.accumulation
+                return total / int(args.accumulation)  # argparse: type=int
 
             local, seconds = tm.timed(ctx, step)
             step_times.append(seconds)
