@@ -167,9 +167,14 @@ def run(argv: list[str]) -> int:
     sys.stderr.write(errors)
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         raise UsageError("no check matches the selection (-k / -m)")
+    from preflight.report.collector import LAST_RUN
+
     try:
         report = json.loads(stale.read_text())
     except (OSError, ValueError):
+        if LAST_RUN.get("verdict") and LAST_RUN.get("write_error"):
+            print(f"{LAST_RUN['verdict']}  (no report: {LAST_RUN['write_error']})")
+            return int(LAST_RUN["exit_code"])
         raise UsageError(f"the run ended (pytest exit code {int(code)}) without writing {stale}") from None
     print(f"{report['verdict']}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
     if args.oneline:

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from preflight.launch.outcome import FINISHED, NOT_RUN, LaunchResult, PhaseResult, RankOutcome
-from preflight.launch.plan import LaunchPlan
+from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import RunningLaunch, start
 from preflight.workers.common import result_name
 
@@ -157,6 +157,13 @@ class Rehearsal:
         if broken is not None:
             note = f"relaunched after phase {broken.phase} broke the first launch ({broken.describe()})"
             (running.launch.run_dir / "relaunch.txt").write_text(note + "\n")
+
+    def spec(self, name: str) -> Phase:
+        """Phase ``name`` as the main launch runs it (after the areas' and the tests' hooks), so a
+        launch of its own runs exactly the same code with other settings."""
+        if self.plan is None:
+            raise KeyError(f"phase {name!r} is not in this run's rehearsal plan")
+        return next(p for p in self.plan.phases if p.name == name)
 
     def separate(self, label: str, plan: LaunchPlan) -> LaunchResult:
         """A launch of its own (different settings), after the rehearsal has ended; cached by label."""

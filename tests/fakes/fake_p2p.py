@@ -15,8 +15,10 @@ from tests.fakes.fake_torch import cuda_answer, torch_runner
 SMALL = ("--sizes", "65536,262144,1048576", "--warmup", "1", "--iters", "10", "--min-iters", "5", "--budget-s", "10")
 
 
-def pytest_preflight_transports(config: pytest.Config) -> Transports:
-    """The job's torch is a CUDA build that sees two GPUs."""
+def pytest_preflight_transports(config: pytest.Config) -> Transports | None:
+    """The job's torch is a CUDA build that sees two GPUs (a fake NVML machine, when given, decides instead)."""
+    if config.getoption("fake_nvml", default=None):
+        return None
     return Transports(run=torch_runner(cuda_answer(2)))
 
 
