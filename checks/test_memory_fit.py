@@ -7,7 +7,7 @@ from preflight.judge.strategies import with_rehearsal_pointer
 from preflight.outcome import skip
 
 
-def test_memory_fit(record, settings, gpu_memory, bytes_per_param, strategies):
+def test_memory_fit(record, settings, gpu_memory, bytes_per_param, strategies, lora):
     """The model fits this node's GPUs with at least one strategy"""
     params = settings.option("model_params")
     if params is None:
@@ -22,6 +22,7 @@ def test_memory_fit(record, settings, gpu_memory, bytes_per_param, strategies):
         split=bytes_per_param,
         largest_layer_params=settings.option("largest_layer_params"),
         headroom=settings.option("headroom") or DEFAULT_HEADROOM,
+        lora=lora,
     )
     verdict = with_rehearsal_pointer(judge_memory_fit(plan), plan.recommended, strategies.names, plan.fitting)
     record(verdict.with_extra(evidence={"gpu memory source": gpu_memory.source}))
