@@ -28,7 +28,7 @@ from preflight.judge.launch_command import LaunchNode, launch_ranks
 from preflight.judge.memory_fit import DEFAULT_HEADROOM, FitPlan, plan_memory_fit
 from preflight.judge.script_traps import ScriptScan, judge_script_traps, scan_script
 from preflight.judge.sizing import BytesPerParam, LoraSplit
-from preflight.outcome import Verdict, fail
+from preflight.outcome import Verdict, fail, warn
 from preflight.parse.ds_config import DsConfig, DsConfigError, read_ds_config
 from preflight.parse.ds_config_keys import load_known_keys
 from preflight.parse.launch_command import LaunchCommand
@@ -117,11 +117,11 @@ def ds_config_verdicts(config: DsConfig, node: PlanNode, world: JobWorld, fit: F
 
 
 def scan_script_file(path: str, cwd: Path | None = None) -> ScriptScan | Verdict:
-    """The trap scan of a script file, or a FAIL when it cannot be read."""
+    """The trap scan of a script file, or a WARN when it cannot be read (it was not checked)."""
     source = read_script(path, cwd)
     if source.text is None:
-        return fail("SCRIPT_UNREADABLE", f"training script {source.path} {source.problem}",
-                    f"Give the path of the training script the job runs ({source.path} {source.problem}).")
+        return warn("SCRIPT_UNREADABLE", f"training script {source.path} {source.problem}: it was not scanned",
+                    "Run preflight from the job's directory or give the script's full path (--script FILE).")
     return scan_script(source.text, path)
 
 

@@ -23,10 +23,10 @@ from preflight.judge.ds_config import (
     offload_need,
     zero_plan,
 )
-from preflight.judge.memory_fit import plan_memory_fit
-from preflight.judge.sizing import lora_split
-from preflight.outcome import Status
-from preflight.parse.ds_config import MISSING, DsConfigError, parse_ds_config, read_ds_config
+from preflight.judge.memory_fit import FitPlan, plan_memory_fit
+from preflight.judge.sizing import LoraSplit, lora_split
+from preflight.outcome import Status, Verdict
+from preflight.parse.ds_config import MISSING, DsConfig, DsConfigError, parse_ds_config, read_ds_config
 from preflight.parse.ds_config_keys import known_keys_from, load_known_keys
 from preflight.probe.gpu_memory import GpuMemory
 from tests.conftest import REPO_ROOT, TEST_DATA
@@ -39,16 +39,18 @@ EIGHT = JobWorld(8, "8 visible GPUs")
 ROOMY_HOST = HostMemory(total_bytes=2000 * GB, available_bytes=1900 * GB, memlock_bytes=None)
 
 
-def config(data: dict[str, object]) -> object:
+def config(data: dict[str, object]) -> DsConfig:
     return parse_ds_config(json.dumps(data), "ds.json")
 
 
-def codes(verdict: object) -> list[str]:
-    return [f["code"] for f in verdict.details["findings"]]  # type: ignore[attr-defined]
+def codes(verdict: Verdict) -> list[str]:
+    return [f["code"] for f in verdict.details["findings"]]
 
 
-def fit(params: int, gpus: int = 8, memory: int = 80 * GB, **extra: object) -> object:
-    return plan_memory_fit(params=params, gpus=[GpuMemory(i, "GPU", memory) for i in range(gpus)], **extra)
+def fit(params: int, gpus: int = 8, memory: int = 80 * GB, *, largest_layer_params: int | None = None,
+        lora: LoraSplit | None = None) -> FitPlan:
+    return plan_memory_fit(params=params, gpus=[GpuMemory(i, "GPU", memory) for i in range(gpus)],
+                           largest_layer_params=largest_layer_params, lora=lora)
 
 
 # --- parser -----------------------------------------------------------------------------------
@@ -90,7 +92,8 @@ def test_missing_directory_and_binary_files(tmp_path: Path) -> None:
 
 # --- batch arithmetic: every case checked against real DeepSpeed 0.19.8 (see test at the end) ---
 
-DS_CASES = [
+DS_CASES: list[tuple[tuple[int | None, int | None, int | None, int], tuple[int | None, int | None, int | None,
+                                                                            str | None]]] = [
     # (train, micro, accumulation, world) -> (train, micro, accumulation, error start)
     ((None, 4, 4, 1), (16, 4, 4, None)),
     ((None, 4, 4, 8), (128, 4, 4, None)),
@@ -107,8 +110,9 @@ DS_CASES = [
 
 
 @pytest.mark.parametrize(("given", "expected"), DS_CASES)
-def test_batch_arithmetic_is_deepspeeds(given: tuple[int | None, ...], expected: tuple[object, ...]) -> None:
-    result = deepspeed_batch(*given)  # type: ignore[arg-type]
+def test_batch_arithmetic_is_deepspeeds(given: tuple[int | None, int | None, int | None, int],
+                                        expected: tuple[int | None, int | None, int | None, str | None]) -> None:
+    result = deepspeed_batch(*given)
     assert (result.train_batch, result.micro_batch, result.accumulation) == expected[:3]
     assert (result.error or "").startswith(expected[3] or "") and (result.error is None) == (expected[3] is None)
 
@@ -229,7 +233,8 @@ def test_odd_stages(stage: object, code: str) -> None:
 
 
 def test_deprecated_boolean_zero_is_stage_1() -> None:
-    assert zero_plan(config({"zero_optimization": True})).stage == 1  # type: ignore[union-attr]
+    plan = zero_plan(config({"zero_optimization": True}))
+    assert plan is not None and plan.stage == 1
 
 
 def test_zero2_cpu_offload_follows_deepspeeds_estimator() -> None:
@@ -370,7 +375,7 @@ def test_batch_cases_match_real_deepspeed() -> None:
     run = subprocess.run([python, "-c", _REAL_BATCH, json.dumps(cases)], capture_output=True, text=True, timeout=300)
     line = next(x for x in run.stdout.splitlines() if x.startswith("RESULT"))
     for given, real in zip(cases, json.loads(line.removeprefix("RESULT")), strict=True):
-        ours = deepspeed_batch(*given)
+        ours = deepspeed_batch(given[0], given[1], given[2], int(given[3] or 1))  # given: a JSON list
         assert [ours.train_batch, ours.micro_batch, ours.accumulation] == real[:3], given
         assert (ours.error is None) == (real[3] is None), (given, real[3])
 
@@ -387,3 +392,14 @@ def test_shipped_key_list_is_what_the_generator_writes(tmp_path: Path) -> None:
                    capture_output=True, timeout=300)
     fresh = known_keys_from(json.loads(out.read_text()))
     assert fresh == load_known_keys()
+
+
+def test_zero3_parameter_offload_alone_moves_the_weight_shard() -> None:
+    cfg = config({"zero_optimization": {"stage": 3, "offload_param": {"device": "cpu"}}})
+    plan = zero_plan(cfg)
+    assert plan is not None
+    plan_70b = fit(70 * GB, largest_layer_params=10**9)
+    need = offload_need(plan, plan_70b, ranks=8)
+    zero3 = next(f.need for f in plan_70b.strategies if f.need.name == "zero3")
+    assert need is not None and need.gpu_bytes == zero3.bytes_per_gpu - 2 * 70 * GB // 8
+    assert need.host_bytes == int(2 * 70 * GB * 1.5)

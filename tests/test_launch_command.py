@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from preflight.judge.launch_command import LaunchNode, ScriptFacts, judge_launch_command, launch_ranks
-from preflight.outcome import Status
+from preflight.outcome import Status, Verdict
 from preflight.parse.launch_command import LaunchCommandError, parse_launch_command
 
 EIGHT = LaunchNode(node_gpus=8, visible_gpus=8, visible_var=None, cpus=64)
@@ -13,12 +13,12 @@ NO_GPU = LaunchNode(node_gpus=0, visible_gpus=0, visible_var=None, cpus=2)
 UNKNOWN = ScriptFacts(None, None, None)
 
 
-def judge(text: str, node: LaunchNode = EIGHT, script: ScriptFacts = UNKNOWN) -> object:
+def judge(text: str, node: LaunchNode = EIGHT, script: ScriptFacts = UNKNOWN) -> Verdict:
     return judge_launch_command(parse_launch_command(text), node, script)
 
 
-def codes(verdict: object) -> set[str]:
-    return {f["code"] for f in verdict.details["findings"]}  # type: ignore[attr-defined]
+def codes(verdict: Verdict) -> set[str]:
+    return {f["code"] for f in verdict.details["findings"]}
 
 
 # --- parsing ---------------------------------------------------------------------------------------
@@ -144,7 +144,7 @@ def test_restarts_need_a_script_that_resumes() -> None:
 
 def test_missing_script_and_deprecated_launcher() -> None:
     verdict = judge("torchrun --nproc-per-node=gpu -t 3 nope.py", script=ScriptFacts("nope.py", False, None))
-    assert verdict.code == "LAUNCH_SCRIPT_MISSING"
+    assert verdict.code == "LAUNCH_SCRIPT_MISSING" and verdict.status is Status.WARN
     legacy = judge("python -m torch.distributed.launch --nproc_per_node 8 -t 3 train.py")
     assert legacy.code == "LAUNCH_DEPRECATED_LAUNCHER"
 

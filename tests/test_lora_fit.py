@@ -64,7 +64,7 @@ def test_min_gpus_with_lora_is_tight() -> None:
 )
 def test_combinations_that_say_nothing(kwargs: dict[str, int], message: str) -> None:
     with pytest.raises(QuantityError, match=message):
-        lora_split(SEVEN_B, **kwargs)  # type: ignore[arg-type]
+        lora_split(SEVEN_B, **kwargs)
 
 
 def test_qlora_70b_fits_one_80gb_gpu_where_full_fine_tuning_needs_many() -> None:

@@ -84,7 +84,7 @@ class _Keys:
         return dict.__len__(self.owner)
 
 
-class Recorder(dict):  # type: ignore[type-arg]  # a dict that logs each key looked up
+class Recorder(dict[str, Any]):
     """A dict that logs every key looked up in it, under its path in the config."""
 
     def __init__(self, path: str, log: set[tuple[str, str]], *args: Any) -> None:
@@ -108,7 +108,7 @@ class Recorder(dict):  # type: ignore[type-arg]  # a dict that logs each key loo
         self.note(key)
         return super().__contains__(key)
 
-    def keys(self) -> _Keys:  # type: ignore[override]
+    def keys(self) -> _Keys:  # type: ignore[override]  # DeepSpeed asks `KEY in d.keys()`: a view that records
         return _Keys(self)
 
     def __copy__(self) -> Recorder:

@@ -448,14 +448,25 @@ def offload_need(plan: ZeroPlan, fit: FitPlan, ranks: int) -> OffloadNeed | None
     parameters) and host RAM keeps only what stays on ``cpu``. LoRA: frozen base weights stay on
     the GPU (ZeRO-1/2) or move with ``offload_param`` (ZeRO-3); the estimators count the trained ones.
     """
-    if plan.offload_optimizer == "none" or plan.stage == 0:
+    params_off = plan.stage == 3 and plan.offload_param != "none"
+    if plan.stage == 0 or (plan.offload_optimizer == "none" and not params_off):
         return None
     lora = fit.lora
     trained = fit.params if lora is None else lora.trainable_params
     frozen = Fraction(0) if lora is None else lora.frozen_bytes * lora.frozen_params
     largest = fit.largest_layer_params
     factor = Fraction(OFFLOAD_BUFFER_FACTOR)
-    params_off = plan.stage == 3 and plan.offload_param != "none"
+    split = fit.split
+    if plan.offload_optimizer == "none":
+        # ZeRO-3 parameter offload alone: the 16-bit weight shard leaves the GPU, the rest stays.
+        zero3 = next(f.need for f in fit.strategies if f.need.name == "zero3")
+        moved = (split.weights * trained + frozen) / ranks
+        weights = split.weights * trained + frozen
+        on_nvme = plan.offload_param == "nvme"
+        host = Fraction(0) if on_nvme else weights * factor
+        return OffloadNeed(math.ceil(zero3.bytes_per_gpu - moved), math.ceil(host), math.ceil(host / factor),
+                           math.ceil(weights) if on_nvme else 0,
+                           "ZeRO-3 per GPU minus the 16-bit weight shard; host 16-bit weights x 1.5")
     if plan.stage in (1, 2):
         gpu = Fraction(2 * trained) + frozen
         host = trained * max(4 * ranks, 16) * factor
@@ -474,7 +485,6 @@ def offload_need(plan: ZeroPlan, fit: FitPlan, ranks: int) -> OffloadNeed | None
         param_host = Fraction(0)
         formula = ("GPU 4 x largest layer + 2 x trained / ranks (+ frozen base / ranks), host trained x 16 x 1.5 "
                    "(runtime/zero/stage3.py estimate_zero3_model_states_mem_needs, with zero.Init)")
-    split = fit.split
     nvme = Fraction(0)
     if plan.offload_optimizer == "nvme":
         nvme += (split.master + split.optimizer + split.gradients) * trained
@@ -506,7 +516,8 @@ def judge_ds_zero(
                                "offload_param": plan.offload_param}
     metrics: list[Metric] = []
     if fit is None:
-        summary = f"{title}{_offload_text(plan)} (no --model-params: the memory fit was not checked)"
+        summary = (f"{title}{_offload_text(plan)} (memory fit not checked: it needs --model-params and a visible "
+                   "GPU)")
         return findings_verdict(findings, ok_summary=summary, subject=subject, details=details)
     strategy = STAGE_STRATEGY[plan.stage]
     need = next(f for f in fit.strategies if f.need.name == strategy).need
@@ -524,9 +535,9 @@ def judge_ds_zero(
                                 f"{usable} usable on {fit.tightest.name or 'the tightest GPU'}",
                                 _zero_fit_fix(plan, fit, ranks)))
     elif off is None and plan.stage < 3:
-        lighter = [f.need.name for f in fit.strategies if f.fits and STAGE_STRATEGY.get(plan.stage) != f.need.name
-                   and f.need.name in STAGE_STRATEGY.values()
-                   and list(STAGE_STRATEGY.values()).index(f.need.name) < plan.stage]
+        order = list(STAGE_STRATEGY.values())
+        lighter = [f.need.name for f in fit.strategies if f.fits and f.need.name in order
+                   and order.index(f.need.name) < plan.stage]
         if lighter:
             findings.append(note("DS_ZERO_LIGHTER_FITS", "zero_optimization.stage",
                                  f"{STRATEGY_TITLES[lighter[0]]} also fits (less communication)"))
@@ -688,6 +699,8 @@ def judge_ds_keys(config: DsConfig, known: KnownKeys, installed_version: str | N
     if hf_auto:
         findings.append(note("DS_AUTO", ", ".join(hf_auto), f'{len(hf_auto)} "auto" value'
                              f'{"s" if len(hf_auto) != 1 else ""} the Hugging Face Trainer fills'))
+    first = {"DS_KEY_REMOVED": 0, "DS_KEY_REJECTED": 1}  # what breaks initialize before what is ignored
+    findings.sort(key=lambda f: first.get(f.code, 2))
     rejected = sum(1 for f in findings if f.code == "DS_KEY_REJECTED")
     ignored = sum(1 for f in findings if f.code == "DS_KEY_IGNORED")
     keys = sum(1 for _ in config.items())

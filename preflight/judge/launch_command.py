@@ -218,9 +218,10 @@ def _restarts(command: LaunchCommand, findings: list[Finding]) -> None:
 def _script(command: LaunchCommand, script: ScriptFacts, findings: list[Finding]) -> None:
     restarts = command.option("max-restarts")
     if script.exists is False:
-        findings.append(problem(Status.FAIL, "LAUNCH_SCRIPT_MISSING", command.script,
-                                "the training script does not exist (relative to the current directory)",
-                                "Run from the directory the script is in, or give its full path."))
+        findings.append(problem(Status.WARN, "LAUNCH_SCRIPT_MISSING", command.script,
+                                "the training script is not found from the directory preflight runs in, so it "
+                                "could not be checked (the job fails the same way if started from here)",
+                                "Run preflight from the job's directory, or give the script's full path."))
     if restarts is None or not str(restarts).isdigit() or int(str(restarts)) == 0:
         return
     if script.resumes is False:
