@@ -48,6 +48,8 @@ def scan_script(source: str, path: str) -> ScriptScan:
         return ScriptScan(path, (), None, {}, f"line {exc.lineno}: {exc.msg}")
     except ValueError as exc:  # null bytes
         return ScriptScan(path, (), None, {}, str(exc))
+    except RecursionError:
+        return ScriptScan(path, (), None, {}, "nested too deeply for Python's parser")
     walk = walk_module(tree, source)
     traps: list[Trap] = []
     for detector in DETECTORS:

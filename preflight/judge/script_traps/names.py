@@ -53,6 +53,7 @@ class Names:
         self.rank_vars: set[str] = set()
         self.accelerators: set[str] = set()
         self.assignments: dict[str, list[ast.expr]] = {}
+        simple: dict[str, list[ast.expr]] = {}
         for node in ast.walk(tree):
             if isinstance(node, ast.Import):
                 for item in node.names:
@@ -69,16 +70,14 @@ class Names:
                 for target in targets:
                     for name in _target_names(target):
                         self.assignments.setdefault(name, []).append(node.value)
+                    if isinstance(target, (ast.Name, ast.Attribute)):
+                        simple.setdefault(next(iter(_target_names(target))), []).append(node.value)
         for name, values in self.assignments.items():
             if any(self.qualname(v.func).endswith("Accelerator") for v in values if isinstance(v, ast.Call)):
                 self.accelerators.add(name)
-        changed = True
-        while changed:  # variables assigned from rank-dependent expressions, to a fixed point
-            changed = False
-            for name, values in self.assignments.items():
-                if name not in self.rank_vars and any(self.reads_rank(v) for v in values):
-                    self.rank_vars.add(name)
-                    changed = True
+        for _ in range(2):  # flags assigned from a rank test, and one more step (a = rank == 0; b = a)
+            found = {name for name, values in simple.items() if any(self._is_rank_value(v) for v in values)}
+            self.rank_vars |= found
 
     def qualname(self, node: ast.expr) -> str:
         """``dist.barrier`` -> ``torch.distributed.barrier``; unresolved roots stay as written."""
@@ -94,10 +93,14 @@ class Names:
             parts.append("?")
         return ".".join(reversed(parts))
 
-    def reads_rank(self, node: ast.AST) -> bool:
-        """True when the expression depends on which rank evaluates it."""
+    def reads_rank(self, node: ast.AST, loop_names: frozenset[str] = frozenset()) -> bool:
+        """True when the expression depends on which rank evaluates it.
+
+        ``loop_names`` are loop variables in scope: ``for rank in range(world_size)`` visits every
+        rank on every process, so a test on it is the same everywhere.
+        """
         for child in ast.walk(node):
-            if isinstance(child, ast.Name) and self._rank_identifier(child.id):
+            if isinstance(child, ast.Name) and child.id not in loop_names and self._rank_identifier(child.id):
                 return True
             if isinstance(child, ast.Attribute) and self._rank_identifier(child.attr):
                 return True
@@ -105,6 +108,30 @@ class Names:
                 return True
             if isinstance(child, ast.Constant) and isinstance(child.value, str) and child.value in RANK_ENV:
                 return True
+        return False
+
+    def _is_rank_value(self, value: ast.expr) -> bool:
+        """A value that *is* a rank or a rank test (``rank == 0``, ``int(os.environ["RANK"])``,
+        ``args.local_rank``), not one that merely uses a rank (``shards[rank]``, ``Sampler(rank=rank)``)."""
+        if isinstance(value, ast.Name):
+            return self._rank_identifier(value.id)
+        if isinstance(value, ast.Attribute):
+            return self._rank_identifier(value.attr)
+        if isinstance(value, ast.Subscript):
+            key = value.slice
+            return isinstance(key, ast.Constant) and key.value in RANK_ENV
+        if isinstance(value, (ast.Compare, ast.BoolOp)):
+            return self.reads_rank(value)
+        if isinstance(value, ast.UnaryOp):
+            return self._is_rank_value(value.operand)
+        if isinstance(value, ast.IfExp):
+            return self._is_rank_value(value.body) or self._is_rank_value(value.orelse)
+        if isinstance(value, ast.Call):
+            callee = last(self.qualname(value.func))
+            if callee in RANK_FUNCTIONS:
+                return True
+            return callee in _CASTS and any(self._is_rank_value(a) or (isinstance(a, ast.Constant) and a.value
+                                                                         in RANK_ENV) for a in value.args)
         return False
 
     def _rank_identifier(self, name: str) -> bool:
@@ -117,6 +144,9 @@ class Names:
             for value in self.assignments.get(node.id, []):
                 found |= {c.value for c in ast.walk(value) if isinstance(c, ast.Constant) and isinstance(c.value, str)}
         return found
+
+
+_CASTS = frozenset({"int", "bool", "str", "get", "getenv"})
 
 
 def _target_names(target: ast.expr) -> Iterable[str]:

@@ -54,19 +54,43 @@ class Walk:
 
     names: Names
     tree: ast.Module
+    lines: list[str] = field(default_factory=list)
     calls: list[CallSite] = field(default_factory=list)
     functions: dict[str, ast.FunctionDef | ast.AsyncFunctionDef] = field(default_factory=dict)
+    made_by: dict[str, frozenset[str]] = field(default_factory=dict)
+    loops: dict[str, frozenset[str]] = field(default_factory=dict)
+    """Loop variables of each scope (function name), which rank tests ignore."""
+    """Collectives each of the script's functions makes (memoised)."""
 
 
-def rank_test(names: Names, test: ast.expr) -> bool:
-    """A test that differs between ranks; ``local_rank != -1`` ("distributed at all?") does not."""
-    if isinstance(test, ast.Compare) and all(_minus_one(c) for c in test.comparators):
+def rank_test(names: Names, test: ast.expr, loop_names: frozenset[str] = frozenset()) -> bool:
+    """A test that differs between ranks; ``local_rank != -1`` ("distributed at all?") and
+    ``rank is None`` (an argument left out) do not."""
+    if isinstance(test, ast.Compare) and all(_minus_one(c) or _none(c) for c in test.comparators):
         return False
     if isinstance(test, ast.BoolOp):
-        return any(rank_test(names, value) for value in test.values)
+        return any(rank_test(names, value, loop_names) for value in test.values)
     if isinstance(test, ast.UnaryOp) and isinstance(test.op, ast.Not):
-        return rank_test(names, test.operand)
-    return names.reads_rank(test)
+        return rank_test(names, test.operand, loop_names)
+    return names.reads_rank(test, loop_names)
+
+
+def loop_targets(body: Sequence[ast.stmt]) -> frozenset[str]:
+    """Names a ``for`` loop (or comprehension) binds in this block, nested functions excluded."""
+    found: set[str] = set()
+    pending: list[ast.AST] = list(body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
+            continue
+        if isinstance(node, (ast.For, ast.AsyncFor, ast.comprehension)):
+            found |= {n.id for n in ast.walk(node.target) if isinstance(n, ast.Name)}
+        pending.extend(ast.iter_child_nodes(node))
+    return frozenset(found)
+
+
+def _none(node: ast.expr) -> bool:
+    return isinstance(node, ast.Constant) and node.value is None
 
 
 def _minus_one(node: ast.expr) -> bool:
@@ -79,10 +103,11 @@ def _minus_one(node: ast.expr) -> bool:
 
 def walk_module(tree: ast.Module, source: str) -> Walk:
     """Walk every statement, keeping the rank conditions and loops in force."""
-    walk = Walk(Names(tree), tree)
+    walk = Walk(Names(tree), tree, lines=source.splitlines())
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
             walk.functions.setdefault(node.name, node)
+    walk.loops["<module>"] = loop_targets(tree.body)
     _block(walk, tree.body, (), frozenset(), False, "<module>", source)
     return walk
 
@@ -90,8 +115,8 @@ def walk_module(tree: ast.Module, source: str) -> Walk:
 def _block(walk: Walk, body: Sequence[ast.stmt], conds: tuple[RankCondition, ...], balanced: frozenset[str],
            in_loop: bool, scope: str, source: str) -> None:
     for index, stmt in enumerate(body):
-        if isinstance(stmt, ast.If) and rank_test(walk.names, stmt.test):
-            cond = RankCondition(stmt.lineno, _text(source, stmt.test))
+        if isinstance(stmt, ast.If) and rank_test(walk.names, stmt.test, walk.loops.get(scope, frozenset())):
+            cond = RankCondition(stmt.lineno, _text(walk.lines, stmt.test))
             then_kinds, else_kinds = collective_kinds(walk, stmt.body), collective_kinds(walk, stmt.orelse)
             _exprs(walk, [stmt.test], conds, balanced, in_loop, scope)
             _block(walk, stmt.body, (*conds, cond), frozenset(else_kinds), in_loop, scope, source)
@@ -112,6 +137,7 @@ def _statement(walk: Walk, stmt: ast.stmt, conds: tuple[RankCondition, ...], bal
         label = f"@{last(walk.names.qualname(_callee(decorated[0])))}" if decorated else ""
         inner = (RankCondition(stmt.lineno, label),) if decorated else ()
         _exprs(walk, [*stmt.decorator_list, *stmt.args.defaults], conds, balanced, in_loop, scope)
+        walk.loops[stmt.name] = loop_targets(stmt.body)
         _block(walk, stmt.body, inner, frozenset(), False, stmt.name, source)
         return
     if isinstance(stmt, ast.ClassDef):
@@ -170,7 +196,9 @@ def collective_kind(walk: Walk, call: ast.Call, seen: frozenset[str] = frozenset
         isinstance(call.func, ast.Attribute) and isinstance(call.func.value, ast.Name)
         and call.func.value.id in ("self", "cls")) else None
     if local and local in walk.functions and local not in seen:
-        inner = collective_kinds(walk, walk.functions[local].body, seen | {local})
+        if local not in walk.made_by:
+            walk.made_by[local] = frozenset(collective_kinds(walk, walk.functions[local].body, seen | {local}))
+        inner = walk.made_by[local]
         if inner:
             return f"{sorted(inner)[0]} (via {local}())"
     return None
@@ -193,10 +221,16 @@ def _calls(body: Sequence[ast.stmt]) -> Iterator[ast.Call]:
                 yield node
 
 
-def _text(source: str, node: ast.AST) -> str:
-    """The source of a node on one line, shortened."""
-    text = ast.get_source_segment(source, node) or ast.unparse(node)
-    text = " ".join(text.split())
+def _text(lines: Sequence[str], node: ast.expr) -> str:
+    """The source of an expression on one line, shortened (the parsed lines, sliced once)."""
+    start, end = node.lineno, node.end_lineno or node.lineno
+    if 0 < start <= end <= len(lines) and node.end_col_offset is not None:
+        chunk = lines[start - 1:end]
+        chunk[-1] = chunk[-1][:node.end_col_offset]
+        chunk[0] = chunk[0][node.col_offset:]
+        text = " ".join(" ".join(chunk).split())
+    else:
+        text = ast.unparse(node)
     return text if len(text) <= 60 else text[:57] + "..."
 
 
