@@ -225,7 +225,7 @@ def _text(lines: Sequence[str], node: ast.expr) -> str:
     """The source of an expression on one line, shortened (the parsed lines, sliced once)."""
     start, end = node.lineno, node.end_lineno or node.lineno
     if 0 < start <= end <= len(lines) and node.end_col_offset is not None:
-        chunk = lines[start - 1:end]
+        chunk = list(lines[start - 1:end])
         chunk[-1] = chunk[-1][:node.end_col_offset]
         chunk[0] = chunk[0][node.col_offset:]
         text = " ".join(" ".join(chunk).split())
