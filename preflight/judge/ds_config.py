@@ -36,7 +36,7 @@ from preflight.judge.cuda_runtime import GpuCapability
 from preflight.judge.findings import Finding, findings_verdict, note, problem
 from preflight.judge.memory_fit import FitPlan
 from preflight.judge.sizing import STRATEGY_TITLES
-from preflight.outcome import Metric, Status, Verdict
+from preflight.outcome import Metric, Status, Verdict, View
 from preflight.parse.ds_config import AUTO, MISSING, DsConfig
 from preflight.parse.ds_config_keys import KnownKeys
 from preflight.parse.quantity import format_bytes
@@ -208,6 +208,8 @@ def judge_ds_batch(config: DsConfig, world: JobWorld) -> Verdict:
     table["rows"] = [[r.world_size, r.train_batch, r.micro_batch, r.accumulation, "accepts" if r.ok else "refuses"]
                      for r in what_if]
     details["what_if"] = table
+    what_if_view = View(kind="table", title="What DeepSpeed 0.19.8 computes for each rank count", data={
+        **table, "highlight": [i for i, r in enumerate(what_if) if r.world_size == size]})
     details["deepspeed"] = {TB: result.train_batch, MB: result.micro_batch, GA: result.accumulation,
                             "derived": list(result.derived), "error": result.error}
     on = (f"on {size} ranks ({world.how})" if size == world.ranks
@@ -216,7 +218,8 @@ def judge_ds_batch(config: DsConfig, world: JobWorld) -> Verdict:
         findings.append(problem(Status.FAIL, "DS_BATCH_REFUSED", _batch_where(result, numbers),
                                 f"DeepSpeed 0.19.8 refuses it at initialize {on}: {result.error}",
                                 _batch_fix(numbers, size, what_if)))
-        return findings_verdict(findings, ok_summary="", subject=f"{config.source} batch", details=details)
+        return findings_verdict(findings, ok_summary="", subject=f"{config.source} batch", details=details,
+                                views=(what_if_view,))
     accepted = [str(r.world_size) for r in what_if if r.ok]
     if numbers[TB] is not None and numbers[MB] is not None and numbers[GA] is not None:
         findings.append(note("DS_BATCH_FIXED", TB, f"all three are fixed: DeepSpeed accepts them only on "
@@ -231,7 +234,7 @@ def judge_ds_batch(config: DsConfig, world: JobWorld) -> Verdict:
                Metric("micro_batch_per_gpu", int(result.micro_batch or 0), "samples"),
                Metric("gradient_accumulation_steps", int(result.accumulation or 0))]
     return findings_verdict(findings, ok_summary=summary, subject=f"{config.source} batch", metrics=metrics,
-                            details=details)
+                            details=details, views=(what_if_view,))
 
 
 def _auto_batch(config: DsConfig, values: Mapping[str, int | None | str], size: int, world: JobWorld,

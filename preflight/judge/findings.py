@@ -52,6 +52,7 @@ def findings_verdict(
     caveat: str = "",
     metrics: Sequence[Metric] = (),
     details: dict[str, Any] | None = None,
+    views: Sequence[View] = (),
 ) -> Verdict:
     """PASS with ``ok_summary`` when nothing is wrong, else the worst status with every problem named.
 
@@ -60,7 +61,7 @@ def findings_verdict(
     problems = [f for f in findings if f.status in (Status.WARN, Status.FAIL, Status.ERROR)]
     notes = [f for f in findings if f not in problems]
     data: dict[str, Any] = {**(details or {}), "findings": [f.as_dict() for f in findings]}
-    views = (_table(findings, subject),) if findings else ()
+    views = (*views, _table(findings, subject)) if findings else tuple(views)
     evidence = {"findings": "\n".join(_line(f) for f in findings)} if findings else {}
     tail = f" ({caveat})" if caveat else ""
     if not problems:
