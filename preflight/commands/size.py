@@ -20,9 +20,10 @@ from preflight.judge.sizing import BASE_BITS, lora_split, parse_bytes_per_param
 from preflight.options import positive_int
 from preflight.parse.quantity import QuantityError, parse_headroom, parse_memory_size, parse_param_count
 
-_VALUE_OPTIONS = ("--model-params", "--gpus", "--gpu-memory", "--bytes-per-param", "--largest-layer-params",
-                  "--headroom", "--trainable-params", "--lora-rank", "--hidden-size", "--num-layers", "--lora-matrices",
-                  "--base-bits")
+_VALUE_OPTIONS = (
+    "--model-params", "--gpus", "--gpu-memory", "--bytes-per-param", "--largest-layer-params", "--headroom",
+    "--trainable-params", "--lora-rank", "--hidden-size", "--num-layers", "--lora-matrices", "--base-bits",
+)
 
 
 def _gpu_count(text: str) -> int:

@@ -69,5 +69,5 @@ def known_keys_from(data: Mapping[str, Any]) -> KnownKeys:
 @lru_cache(maxsize=1)
 def load_known_keys() -> KnownKeys:
     """The shipped key list (read once)."""
-    text = resources.files("preflight").joinpath("data", DATA_FILE).read_text(encoding="utf-8")
+    text = resources.files("preflight").joinpath("data").joinpath(DATA_FILE).read_text(encoding="utf-8")
     return known_keys_from(json.loads(text))
