@@ -105,14 +105,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def node_capacity() -> tuple[int, int]:
-    """GPUs torch sees (what --nproc-per-node=gpu would start) and the cores this process may use."""
-    from preflight.fixtures.distributed import visible_gpu_count
+    """GPUs the job's torch sees (what --nproc-per-node=gpu would start) and the cores this process may use."""
+    from preflight.node.torch import read_job_torch
+    from preflight.node.transports import Transports
 
     try:
         cores = len(os.sched_getaffinity(0))
     except AttributeError:
         cores = os.cpu_count() or 1
-    return visible_gpu_count(), cores
+    return read_job_torch(Transports()).gpus, cores
 
 
 def make_plan(argv: list[str], cwd: Path,

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from preflight.launch.torchrun import LaunchResult, RankOutcome
+from preflight.launch.outcome import RankOutcome, ScriptResult
 from preflight.rehearse.bootstrap import RECORD_SUFFIX
 
 # How a rank ended, from its own record. ``killed``: the record stopped updating while the rank
@@ -230,7 +230,7 @@ def read_record(run_dir: Path, rank: int) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def size_run_from_launch(launch: LaunchResult, *, warmup: int, steps: int, stall_s: float) -> SizeRun:
+def size_run_from_launch(launch: ScriptResult, *, warmup: int, steps: int, stall_s: float) -> SizeRun:
     """The judges' view of one launch."""
     ranks = tuple(rank_run(read_record(launch.run_dir, outcome.rank), outcome) for outcome in launch.ranks)
     return SizeRun(nproc=launch.nproc, ranks=ranks, warmup=warmup, steps=steps, deadline_s=launch.deadline_s,

@@ -28,7 +28,7 @@ from preflight.judge.rehearse import (
     scaling_rows,
 )
 from preflight.judge.rehearse_chart import scaling_chart
-from preflight.launch.torchrun import launch
+from preflight.launch.torchrun import launch_script
 from preflight.outcome import Status, Verdict, skip
 from preflight.rehearse import bootstrap
 from preflight.rehearse.facts import SizeFigures, SizeRun, size_figures, size_run_from_launch
@@ -63,8 +63,8 @@ def launch_size(plan: RehearsalPlan, nproc: int, run_dir: Path) -> SizeRun:
     """One torchrun launch of the script on ``nproc`` ranks, as the job's own would be."""
     shutil.rmtree(run_dir, ignore_errors=True)
     launched = time.monotonic()
-    result = launch(str(BOOTSTRAP), nproc=nproc, deadline_s=plan.timeout_s, args=[str(plan.script), *plan.args],
-                    env_overrides=rehearsal_env(plan, launched), run_dir=run_dir)
+    result = launch_script(BOOTSTRAP, nproc=nproc, deadline_s=plan.timeout_s, args=[str(plan.script), *plan.args],
+                           env=rehearsal_env(plan, launched), run_dir=run_dir)
     return size_run_from_launch(result, warmup=plan.warmup, steps=plan.steps, stall_s=plan.stall_s)
 
 
@@ -76,12 +76,14 @@ def nearest_size(sizes: list[Any], wanted: float) -> Any:
 def measure_busbw(nproc: int, on_gpu: bool, run_dir: Path, message_bytes: float) -> tuple[float | None, str]:
     """preflight's all-reduce sweep (quick plan) on ``nproc`` ranks; the busbw at the size nearest
     to the job's messages (DDP's bucket, or the whole gradient when smaller)."""
-    from preflight.fixtures.nccl import sweep_plan, sweep_run_from_launch
+    from preflight.fixtures.nccl import sweep_phase, sweep_plan, sweep_run_from_launch
+    from preflight.launch.plan import LaunchPlan
+    from preflight.launch.torchrun import launch
 
     plan = sweep_plan(on_gpu, quick=True)
     shutil.rmtree(run_dir, ignore_errors=True)
-    result = launch("preflight.workers.allreduce", nproc=nproc, deadline_s=plan.wanted_s, args=plan.args(),
-                    run_dir=run_dir)
+    result = launch(LaunchPlan("busbw", (sweep_phase(plan),), nproc), run_dir=run_dir,
+                    deadline_s=plan.wanted_s + 60.0).phase("allreduce")
     run = sweep_run_from_launch("rehearsal", result, {}, on_gpu)
     if not run.sizes:
         return None, f"the all-reduce sweep on {nproc} ranks gave no figure ({result.describe() or 'no sizes'})"
