@@ -57,7 +57,7 @@ def _ours(proc: psutil.Process, cwd: Path, pids: set[int]) -> bool:
 
 def assert_nothing_left(cwd: Path) -> None:
     """No torchrun, rank or child of a rank that ran in ``cwd`` is still alive."""
-    pids = {int(p.read_text()) for p in cwd.glob("reports/logs/*/rank*.pid")}
+    pids = {int(json.loads(p.read_text())["pid"]) for p in cwd.glob("reports/logs/*/rank*.pid")}
     until = time.monotonic() + LEFTOVER_WAIT_S
     while True:
         alive = [p for p in psutil.process_iter() if p.pid != os.getpid() and _ours(p, cwd, pids)]

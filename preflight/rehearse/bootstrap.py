@@ -432,7 +432,7 @@ def main(argv: list[str] | None = None) -> None:
     rank = int(os.environ.get("RANK", "0"))
     run_dir = Path(os.environ.get(RUN_DIR_ENV, "."))
     _redirect_output(run_dir / f"rank{rank}.log")
-    (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
+    (run_dir / f"rank{rank}.pid").write_text(json.dumps({"pid": os.getpid(), "started": time.time()}))
     os.environ[REHEARSAL_ENV] = "1"
     parent = os.environ.get(PARENT_ENV)
     state = StepCounter(run_dir, rank, argv[0], warmup=int(os.environ.get(WARMUP_ENV, "5")),
