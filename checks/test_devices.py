@@ -20,18 +20,18 @@ from preflight.judge.gpus import (
     no_gpu_reason,
 )
 from preflight.outcome import Verdict, skip
-from preflight.probe.gpus import GpuInfo, Inventory
+from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 from preflight.probe.torch_devices import TorchDevices
 from preflight.settings import Settings
 
 
 def _node_skip(state: GpuState) -> Verdict | None:
     """SKIP for the node-level checks when NVML lists no GPU (test_nvml reports why)."""
-    reason = no_gpu_reason(state.inventory)
+    reason = no_gpu_reason(state.snapshot)
     return None if reason is None else skip(reason)
 
 
-def test_nvml(record, settings: Settings, gpu_inventory: Inventory, gpu_table_view) -> None:
+def test_nvml(record, settings: Settings, gpu_inventory: NvmlSnapshot, gpu_table_view) -> None:
     """NVML starts and lists the GPUs"""
     verdict = judge_nvml(gpu_inventory, settings.expect_gpus)
     record(verdict.with_extra(views=[gpu_table_view]) if gpu_inventory.gpus else verdict)
@@ -42,14 +42,14 @@ def test_gpu_count(record, settings: Settings, gpu_environment: GpuState, torch_
     state = gpu_environment
     record(
         _node_skip(state)
-        or judge_gpu_count(state.visible, len(state.inventory.gpus), settings.expect_gpus, torch_devices)
+        or judge_gpu_count(state.visible, len(state.snapshot.gpus), settings.expect_gpus, torch_devices)
     )
 
 
 def test_devices_agree(record, gpu_environment: GpuState, torch_devices: TorchDevices) -> None:
     """torch, NVML and CUDA_VISIBLE_DEVICES agree on the GPUs"""
     state = gpu_environment
-    record(_node_skip(state) or judge_device_agreement(state.visible, len(state.inventory.gpus), torch_devices))
+    record(_node_skip(state) or judge_device_agreement(state.visible, len(state.snapshot.gpus), torch_devices))
 
 
 def test_cuda_visible_devices(record, gpu_environment: GpuState) -> None:

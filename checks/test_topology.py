@@ -9,11 +9,11 @@ from preflight.judge.host_session import pcie_evidence
 from preflight.judge.p2p import judge_p2p, judge_p2p_launch
 from preflight.judge.topology import judge_affinity, judge_cross_check, judge_layout, judge_nvlink_counts
 from preflight.outcome import Status, Verdict, error, skip
-from preflight.probe.gpus import Inventory
+from preflight.probe.nvml_snapshot import NvmlSnapshot
 from preflight.probe.topology import SmiTopology
 
 
-def _no_matrix(smi: SmiTopology, inventory: Inventory) -> Verdict:
+def _no_matrix(smi: SmiTopology, inventory: NvmlSnapshot) -> Verdict:
     """SKIP on a node without GPUs or without nvidia-smi; ERROR when the GPUs' matrix cannot be read."""
     reason = no_gpu_reason(inventory)
     if reason is not None:
@@ -33,27 +33,21 @@ def test_gpu_interconnect(record, smi_topology, gpu_inventory):
     record(judge_layout(smi_topology.matrix).with_extra(evidence={"nvidia-smi topo -m": smi_topology.raw}))
 
 
-def test_nvlinks_all_active(record, nvml_topology, gpu_inventory, settings):
+def test_nvlinks_all_active(record, smi_topology, gpu_inventory, settings):
     """Every GPU has as many active NVLinks as its peers"""
     reason = no_gpu_reason(gpu_inventory)
-    if reason is not None or not nvml_topology.started:
-        record(skip(reason or f"no NVIDIA GPU visible: {nvml_topology.error}"))
-    elif nvml_topology.error and len(nvml_topology.nvlinks) < nvml_topology.gpu_count:
-        record(error(f"NVML NVLink query failed: {nvml_topology.error}", code="NVLINK_QUERY_FAILED"))
-    else:
-        record(judge_nvlink_counts(nvml_topology.nvlinks, expected=settings.option("expect_nvlinks")))
+    expected = settings.option("expect_nvlinks")
+    record(skip(reason) if reason else judge_nvlink_counts(gpu_inventory.gpus, smi_topology.matrix, expected))
 
 
-def test_topology_sources_agree(record, smi_topology, nvml_topology, gpu_inventory):
+def test_topology_sources_agree(record, smi_topology, gpu_inventory):
     """NVML and nvidia-smi topo -m describe the same links"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
-    elif not nvml_topology.started:
-        record(skip(f"NVML not available to cross-check: {nvml_topology.error}"))
-    elif nvml_topology.error:
-        record(error(f"NVML pair query failed: {nvml_topology.error}", code="NVLINK_QUERY_FAILED"))
+    elif gpu_inventory.error is not None:
+        record(skip(f"NVML not available to cross-check: {gpu_inventory.error.cause}"))
     else:
-        record(judge_cross_check(smi_topology.matrix, nvml_topology.pairs, nvml_topology.gpu_count))
+        record(judge_cross_check(smi_topology.matrix, gpu_inventory.pairs, len(gpu_inventory.gpus)))
 
 
 def test_gpu_cpu_affinity(record, smi_topology, gpu_inventory):
@@ -66,7 +60,7 @@ def test_gpu_cpu_affinity(record, smi_topology, gpu_inventory):
 
 @pytest.mark.gpu
 @pytest.mark.distributed
-def test_p2p_copies(record, p2p_launch, smi_topology, nvml_topology, pcie_facts):
+def test_p2p_copies(record, p2p_launch, smi_topology, gpu_inventory, pcie_facts):
     """Peer-to-peer copies between every GPU pair arrive intact"""
     if p2p_launch is None:
         record(skip("no NVIDIA GPU pair visible to CUDA: peer-to-peer copies need at least 2 GPUs"))
@@ -74,7 +68,7 @@ def test_p2p_copies(record, p2p_launch, smi_topology, nvml_topology, pcie_facts)
     verdict = judge_p2p_launch(p2p_launch)
     if verdict is None:
         result = (p2p_launch.ranks[0].result or {}).get("result", {})
-        by_bus = {bus: f"GPU{index}" for index, bus in enumerate(nvml_topology.bus_ids)}
+        by_bus = {g.pci_bus_id: f"GPU{g.index}" for g in gpu_inventory.gpus if isinstance(g.pci_bus_id, str)}
         devices = [d for d in result.get("devices", []) if d.get("pci_bus_id") in by_bus]
         names = {d["index"]: by_bus[d["pci_bus_id"]] for d in devices}
         verdict = judge_p2p(result, names=names, matrix=smi_topology.matrix)

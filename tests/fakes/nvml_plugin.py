@@ -1,22 +1,26 @@
-"""Test-only pytest plugin (``-p tests.fakes.nvml_plugin``): the GPU checks run against a fake
-NVML machine instead of the real library. It never ships with preflight.
+"""Test-only pytest plugin (``-p tests.fakes.nvml_plugin``): the run's NVML child talks to a fake
+NVML C library (``tests/fakes/nvml.py``) instead of the driver's. It never ships with preflight.
 
     --fake-nvml=8x-h100-sxm                     the machine (tests/fakes/nvml_profiles.py)
     --fake-nvml-faults='{"ecc_volatile": {"3": 2}}'   Faults fields as JSON (GPU keys may be strings)
     --fake-torch-count=7                        what torch.cuda.device_count() answers (default: agree)
     --fake-torch-cpu                            torch is a CPU-only build
+
+It puts an :class:`~preflight.probe.nvml_transport.NvmlTransport` naming the fake in
+``config.stash[NVML_TRANSPORT_KEY]``; everything after that (the child, its deadline, pynvml) is
+what preflight does on a real node.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from preflight.fixtures.gpus import NVML_BACKEND_KEY, TORCH_DEVICES_KEY, gpu_state
+from preflight.fixtures.gpus import NVML_TRANSPORT_KEY, TORCH_DEVICES_KEY, gpu_state
+from preflight.probe.nvml_transport import NvmlTransport
 from preflight.probe.torch_devices import TorchDevices
-from tests.fakes.nvml import FakeNvml
+from tests.fakes.nvml import FACTORY, Faults, library_argument, spec_for
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -27,21 +31,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fake-torch-cpu", action="store_true", default=False, help="torch is a CPU-only build")
 
 
-def _keys_to_int(value: Any) -> Any:
-    """JSON object keys are strings; GPU numbers in Faults are ints. Lists become tuples."""
-    if isinstance(value, dict):
-        return {int(k) if isinstance(k, str) and k.isdigit() else k: _keys_to_int(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return tuple(_keys_to_int(v) for v in value)
-    return value
-
-
 def pytest_configure(config: pytest.Config) -> None:
     profile = config.getoption("fake_nvml")
     if profile is None:
         return
-    faults = _keys_to_int(json.loads(config.getoption("fake_nvml_faults")))
-    config.stash[NVML_BACKEND_KEY] = FakeNvml.from_profile(profile, **faults)
+    spec_for(profile)  # an unknown profile is a clear error here, not in the child
+    faults = Faults.from_json(json.loads(config.getoption("fake_nvml_faults")))
+    config.stash[NVML_TRANSPORT_KEY] = NvmlTransport(FACTORY, library_argument(profile, faults), f"fake:{profile}")
     visible = gpu_state(config).visible
     count = config.getoption("fake_torch_count")
     if count is None:
