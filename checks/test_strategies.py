@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from preflight.fixtures.distributed import LaunchWorker
+from preflight.fixtures.strategies import StrategySelection
 from preflight.judge.strategies import judge_strategy
 from preflight.outcome import skip
+from preflight.recording import Recorder
+from preflight.settings import Settings
 
 STRATEGY_WANTED_S = 120.0
 QUICK_STEPS = 3
@@ -23,7 +28,10 @@ def worker_args(strategy: str, steps: int, checkpoint_dir: Path) -> list[str]:
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("strategy", ["fsdp", "zero1", "zero2", "zero3"])
-def test_strategy_step(record, settings, strategy, strategies, strategy_blocker, strategy_workers, launch_worker):
+def test_strategy_step(
+    record: Recorder, settings: Settings, strategy: str, strategies: StrategySelection,
+    strategy_blocker: Callable[[str], str | None], strategy_workers: dict[str, str], launch_worker: LaunchWorker,
+) -> None:
     """A few training steps and a checkpoint round trip with the job's strategy"""
     strategies.require(strategy)
     reason = strategy_blocker(strategy)

@@ -8,9 +8,13 @@ from preflight.judge.gpus import no_gpu_reason
 from preflight.judge.host_session import pcie_evidence
 from preflight.judge.p2p import judge_p2p, judge_p2p_launch
 from preflight.judge.topology import judge_affinity, judge_cross_check, judge_layout, judge_nvlink_counts
+from preflight.launch.torchrun import LaunchResult
 from preflight.outcome import Status, Verdict, error, skip
+from preflight.probe.host_pcie import PcieFacts
 from preflight.probe.nvml_snapshot import NvmlSnapshot
 from preflight.probe.topology import SmiTopology
+from preflight.recording import Recorder
+from preflight.settings import Settings
 
 
 def _no_matrix(smi: SmiTopology, inventory: NvmlSnapshot) -> Verdict:
@@ -25,7 +29,7 @@ def _no_matrix(smi: SmiTopology, inventory: NvmlSnapshot) -> Verdict:
                  evidence=evidence)
 
 
-def test_gpu_interconnect(record, smi_topology, gpu_inventory):
+def test_gpu_interconnect(record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot) -> None:
     """How the GPUs are linked (NVSwitch, NVLink pairs, PCIe) and what that means for FSDP/ZeRO-3"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
@@ -33,14 +37,16 @@ def test_gpu_interconnect(record, smi_topology, gpu_inventory):
     record(judge_layout(smi_topology.matrix).with_extra(evidence={"nvidia-smi topo -m": smi_topology.raw}))
 
 
-def test_nvlinks_all_active(record, smi_topology, gpu_inventory, settings):
+def test_nvlinks_all_active(
+    record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot, settings: Settings
+) -> None:
     """Every GPU has as many active NVLinks as its peers"""
     reason = no_gpu_reason(gpu_inventory)
     expected = settings.option("expect_nvlinks")
     record(skip(reason) if reason else judge_nvlink_counts(gpu_inventory.gpus, smi_topology.matrix, expected))
 
 
-def test_topology_sources_agree(record, smi_topology, gpu_inventory):
+def test_topology_sources_agree(record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot) -> None:
     """NVML and nvidia-smi topo -m describe the same links"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
@@ -50,7 +56,7 @@ def test_topology_sources_agree(record, smi_topology, gpu_inventory):
         record(judge_cross_check(smi_topology.matrix, gpu_inventory.pairs, len(gpu_inventory.gpus)))
 
 
-def test_gpu_cpu_affinity(record, smi_topology, gpu_inventory):
+def test_gpu_cpu_affinity(record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot) -> None:
     """Which CPUs and NUMA node each GPU sits next to"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
@@ -60,7 +66,10 @@ def test_gpu_cpu_affinity(record, smi_topology, gpu_inventory):
 
 @pytest.mark.gpu
 @pytest.mark.distributed
-def test_p2p_copies(record, p2p_launch, smi_topology, gpu_inventory, pcie_facts):
+def test_p2p_copies(
+    record: Recorder, p2p_launch: LaunchResult | None, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot,
+    pcie_facts: PcieFacts,
+) -> None:
     """Peer-to-peer copies between every GPU pair arrive intact"""
     if p2p_launch is None:
         record(skip("no NVIDIA GPU pair visible to CUDA: peer-to-peer copies need at least 2 GPUs"))

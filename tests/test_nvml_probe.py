@@ -11,7 +11,7 @@ import ctypes
 import json
 from itertools import combinations
 
-import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
+import pynvml
 import pytest
 
 from preflight.probe.nvml import (

@@ -38,7 +38,8 @@ def main(argv: list[str]) -> int:
             raise UsageError(str(exc)) from None
     names = unique_names([str(r.get("node", {}).get("hostname") or p.stem) for p, r in loaded],
                          [str(p) for p, _ in loaded])
-    fleet = build_fleet([NodeReport(name, str(path), report) for name, (path, report) in zip(names, loaded)])
+    fleet = build_fleet([NodeReport(name, str(path), report)
+                         for name, (path, report) in zip(names, loaded, strict=True)])
     json_path, html_path = args.out / "fleet.json", args.out / "fleet.html"
     try:
         write_atomic(json_path, dump_json(fleet))
@@ -46,7 +47,8 @@ def main(argv: list[str]) -> int:
     except OSError as exc:
         raise UsageError(f"cannot write the fleet report to {args.out}: {exc.strerror or exc}") from None
     counts = ", ".join(f"{n} {v}" for v, n in fleet["verdicts"].items())
-    suspect = f", {len(fleet['suspect'])} bandwidth outlier(s): {', '.join(fleet['suspect'])}" if fleet["suspect"] else ""
+    outliers = fleet["suspect"]
+    suspect = f", {len(outliers)} bandwidth outlier(s): {', '.join(outliers)}" if outliers else ""
     print(f"fleet: {len(names)} nodes: {counts}{suspect}")
     print(f"reports: {json_path}, {html_path}")
     return EXIT_NOT_READY if fleet["not_ready"] or fleet["suspect"] else EXIT_OK

@@ -76,7 +76,8 @@ def _install_hint(facts: ToolkitFacts, release: str, accept: tuple[int, int] | N
     dashed = release.replace(".", "-")
     return (
         f"Install the CUDA {release} toolkit (e.g. sudo apt-get install cuda-toolkit-{dashed} from NVIDIA's "
-        f"repository, or conda install -c nvidia cuda-toolkit={release}), then export CUDA_HOME=/usr/local/cuda-{release}"
+        f"repository, or conda install -c nvidia cuda-toolkit={release}), "
+        f"then export CUDA_HOME=/usr/local/cuda-{release}"
     )
 
 
@@ -117,7 +118,8 @@ def judge_toolkit(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
             return error(f"{home.nvcc.path} --version did not answer: {home.nvcc.problem}", evidence=evidence)
         return verdict(
             "NVCC_UNUSABLE",
-            f"{home.nvcc.path} does not report a CUDA release: {home.nvcc.problem}; torch is built with CUDA {torch.cuda}",
+            f"{home.nvcc.path} does not report a CUDA release: {home.nvcc.problem}; "
+            f"torch is built with CUDA {torch.cuda}",
             _install_hint(facts, torch.cuda or "", torch.cuda_release),
             evidence=evidence,
         )
@@ -164,12 +166,14 @@ def judge_cuda_home_vs_path(facts: ToolkitFacts) -> Verdict:
     home_release = home.nvcc.version.release if home.nvcc.version else None
     path_release = first.version.release if first.version else None
     if home_release is not None and home_release == path_release:
-        return passed(f"CUDA_HOME={home.path} and PATH's {first.path} are both CUDA {home_release[0]}.{home_release[1]}")
+        return passed(f"CUDA_HOME={home.path} and PATH's {first.path} are both "
+                      f"CUDA {home_release[0]}.{home_release[1]}")
     return warn(
         "CUDA_HOME_PATH_DISAGREE",
         f"CUDA_HOME={home.path} ({home.source}) has {home.nvcc.describe()} "
         f"but the first nvcc on PATH is {first.describe()}",
-        f"export PATH={home.path}/bin:$PATH   # or export CUDA_HOME={_root(first)}; builds use CUDA_HOME, shells use PATH",
+        f"export PATH={home.path}/bin:$PATH   # or export CUDA_HOME={_root(first)}; "
+        "builds use CUDA_HOME, shells use PATH",
     )
 
 
@@ -185,7 +189,8 @@ def judge_deepspeed_cuda(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Ve
             "DEEPSPEED_PREBUILT_CUDA_MISMATCH",
             f"DeepSpeed {ds.version}'s pre-built ops ({', '.join(ds.prebuilt_ops)}) were compiled for CUDA "
             f"{ds.prebuilt_cuda} but {torch.describe()}; DeepSpeed refuses to load them",
-            f"pip install --force-reinstall --no-cache-dir deepspeed=={ds.version}   # rebuilds against CUDA {torch.cuda}",
+            f"pip install --force-reinstall --no-cache-dir deepspeed=={ds.version}   "
+            f"# rebuilds against CUDA {torch.cuda}",
         )
     if home.nvcc is None or home.nvcc.version is None:
         return skip(f"no usable toolkit at CUDA_HOME ({home.source}): see the CUDA toolkit check")
@@ -233,7 +238,9 @@ def judge_build_tools(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdi
     if not ninja.found:
         fixes.append("pip install ninja")
     if not cxx.found:
-        fixes.append(f"export CXX={cxx.alternatives[0]}" if cxx.alternatives else "sudo apt-get install -y build-essential")
+        fixes.append(
+            f"export CXX={cxx.alternatives[0]}" if cxx.alternatives else "sudo apt-get install -y build-essential"
+        )
     if deepspeed_expected(facts, with_):
         who = f"DeepSpeed {facts.deepspeed.version}" if facts.deepspeed.installed else "DeepSpeed"
         return fail("BUILD_TOOLS_MISSING", f"{who} JIT-builds its ops but {problems}", " && ".join(fixes))

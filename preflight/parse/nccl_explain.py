@@ -15,7 +15,8 @@ from preflight.parse.nccl_log import Connection, NcclLog, PairTransport, device_
 FAMILY_MEANING = {
     "P2P": "direct GPU-to-GPU copies (peer-to-peer over NVLink or PCIe)",
     "SHM": "staged through host shared memory: peer-to-peer was not used",
-    "NET": "through a network transport (sockets, InfiniBand, EFA...): GPUs on different hosts, or both P2P and SHM unavailable",
+    "NET": "through a network transport (sockets, InfiniBand, EFA...): GPUs on different hosts, "
+           "or both P2P and SHM unavailable",
     "NVLS": "NVLink SHARP: reductions done inside the NVSwitch",
     "COLLNET": "in-network reduction (CollNet/SHARP plugin)",
 }
@@ -137,7 +138,8 @@ def explain(log: NcclLog) -> dict[str, Any]:
         findings.append("no connection used peer-to-peer: NCCL_P2P_DISABLE may be set, or P2P is unsupported "
                         "between these GPUs (PCIe ACS/IOMMU, virtualization, consumer GPUs)")
     if log.warnings:
-        findings.append(f"{len(log.warnings)} NCCL WARN line{'s' if len(log.warnings) != 1 else ''}: NCCL hit a problem (listed below)")
+        plural = "s" if len(log.warnings) != 1 else ""
+        findings.append(f"{len(log.warnings)} NCCL WARN line{plural}: NCCL hit a problem (listed below)")
     if log.errors:
         reasons = sorted({e.reason for e in log.errors})
         findings.append(f"NCCL returned an error to the program: {', '.join(reasons)}")

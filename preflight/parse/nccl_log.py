@@ -145,7 +145,8 @@ class NcclLog:
         for connection in self.connections:
             grouped.setdefault((connection.src_rank, connection.dst_rank), []).append(connection)
         pairs = []
-        for (src, dst), items in sorted(grouped.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+        by_ranks = sorted(grouped.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1]))
+        for (src, dst), items in by_ranks:
             pairs.append(
                 PairTransport(
                     src_rank=src,

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 _PREFIX = re.compile(r"^(?:\s*\d+:\s?|\[\d+,\d+\]<(?:stdout|stderr)>:\s?)")
 _LEADING = ("size", "count", "type", "redop", "root")
 _TYPES = frozenset(
-    "int8 uint8 int32 uint32 int64 uint64 half float double bfloat16 f8e4m3 f8e5m2 "
-    "char int uint long ulong f16 f32 f64 bf16".split()
+    ["int8", "uint8", "int32", "uint32", "int64", "uint64", "half", "float", "double", "bfloat16", "f8e4m3", "f8e5m2",
+     "char", "int", "uint", "long", "ulong", "f16", "f32", "f64", "bf16"]
 )
 _AVG = re.compile(r"^#\s*Avg bus bandwidth\s*:\s*(?P<value>[-+0-9.eE]+)\s*(?:GB/s)?\s*(?P<flag>OK|FAILED)?\s*$")
 _OOB = re.compile(r"^#\s*Out of bounds values\s*:\s*(?P<value>\d+)\s*(?P<flag>OK|FAILED)?")
@@ -185,11 +185,13 @@ def _row(line: str, columns: list[str], line_no: int) -> Row:
     """One table row, read through the header's column names."""
     tokens = line.split()
     if len(tokens) != len(columns):
-        raise NcclTestsError(f"line {line_no}: {len(tokens)} fields where the header names {len(columns)}: {line.strip()!r}")
+        raise NcclTestsError(
+            f"line {line_no}: {len(tokens)} fields where the header names {len(columns)}: {line.strip()!r}"
+        )
     lead = [name for name in columns if name in _LEADING]
     if columns[: len(lead)] != lead:
         raise NcclTestsError(f"line {line_no}: unexpected column order {columns!r}")
-    values = dict(zip(lead, tokens[: len(lead)]))
+    values = dict(zip(lead, tokens[: len(lead)], strict=True))
     groups = _groups(columns[len(lead):], tokens[len(lead):], line_no)
     root = values.get("root")
     return Row(
@@ -211,7 +213,7 @@ def _groups(names: list[str], tokens: list[str], line_no: int) -> list[Measureme
     out = []
     for index, start in enumerate(starts):
         end = starts[index + 1] if index + 1 < len(starts) else len(names)
-        fields = dict(zip(names[start:end], tokens[start:end]))
+        fields = dict(zip(names[start:end], tokens[start:end], strict=True))
         for needed in ("algbw", "busbw"):
             if needed not in fields:
                 raise NcclTestsError(f"line {line_no}: column {needed!r} missing from a measurement group")

@@ -10,6 +10,7 @@ master in 2025 lists 12.0-12.6, 12.8, 12.9) and whether the file knows ``DS_SKIP
 from __future__ import annotations
 
 import ast
+import contextlib
 import importlib.metadata
 import importlib.util
 from collections.abc import Mapping
@@ -132,8 +133,6 @@ def _literal_assignments(source: str, names: tuple[str, ...]) -> dict[str, objec
             continue
         for target in node.targets:
             if isinstance(target, ast.Name) and target.id in names:
-                try:
+                with contextlib.suppress(ValueError):
                     found[target.id] = ast.literal_eval(node.value)
-                except ValueError:
-                    pass
     return found

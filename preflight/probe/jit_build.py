@@ -23,14 +23,14 @@ DEFAULT_OP = "FusedAdamBuilder"
 DEFAULT_TIMEOUT_S = 600.0
 OK_MARKER = "PREFLIGHT_JIT_BUILD_OK"
 _ERROR_LINE = re.compile(r"(error[:\s]|fatal|FAILED:|undefined reference|No such file or directory)", re.IGNORECASE)
-_CHILD = """
+_CHILD = f"""
 import importlib, sys, time
 start = time.monotonic()
 builders = importlib.import_module("deepspeed.ops.op_builder")
 builder = getattr(builders, sys.argv[1])()
 builder.jit_load(verbose=True)
-print("{marker}", builder.name, round(time.monotonic() - start, 1), flush=True)
-""".format(marker=OK_MARKER)
+print("{OK_MARKER}", builder.name, round(time.monotonic() - start, 1), flush=True)
+"""
 
 
 @dataclass(frozen=True, slots=True)

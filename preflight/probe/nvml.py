@@ -203,7 +203,7 @@ class PynvmlBackend:
     def start(self) -> None:
         """``nvmlInit``; raises :class:`NvmlUnavailableError` naming the likely cause."""
         try:
-            import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
+            import pynvml
         except ImportError as exc:
             raise NvmlUnavailableError(
                 "NVML_BINDINGS_MISSING",

@@ -72,7 +72,7 @@ class NvmlTransport:
         """In the child, before ``nvmlInit``: make pynvml load the factory's library (no-op when real)."""
         if self.library_factory is None:
             return
-        import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
+        import pynvml
 
         factory, argument = self.factory(), self.argument
 

@@ -34,7 +34,7 @@ def load_report(path: Path) -> dict[str, Any]:
 def check_report(data: Any, where: str) -> dict[str, Any]:
     """``data`` itself when it is a preflight report of a supported schema version."""
     tool = data.get("tool") if isinstance(data, dict) else None
-    if not isinstance(tool, dict) or tool.get("name") != "preflight":
+    if not isinstance(data, dict) or not isinstance(tool, dict) or tool.get("name") != "preflight":
         raise UnreadableReport(f"{where} is not a preflight report (no tool.name 'preflight')")
     version = data.get("schema_version")
     if version not in SUPPORTED_SCHEMA_VERSIONS:
@@ -43,5 +43,6 @@ def check_report(data: Any, where: str) -> dict[str, Any]:
                                "(use the preflight release that wrote it)")
     missing = [key for key in REQUIRED_KEYS if key not in data]
     if missing or not isinstance(data.get("checks"), list):
-        raise UnreadableReport(f"{where} is not a complete preflight report (missing {', '.join(missing) or 'checks list'})")
+        absent = ", ".join(missing) or "checks list"
+        raise UnreadableReport(f"{where} is not a complete preflight report (missing {absent})")
     return data

@@ -125,7 +125,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
                     engine.backward(loss)
                     engine.step()
                     total += float(loss.detach())
-                return total / args.accumulation
+                return total / int(args.accumulation)  # argparse: type=int
 
             local, seconds = tm.timed(ctx, step)
             step_times.append(seconds)

@@ -32,7 +32,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-import pynvml  # type: ignore[import-untyped]  # nvidia-ml-py ships no type information
+import pynvml
 
 from preflight.probe.nvml import PynvmlBackend
 from preflight.probe.nvml_snapshot import NvmlSnapshot
