@@ -202,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(module.main(argv[1:]))
         return run(argv)
     except UsageError as exc:
-        print(f"preflight: error: {exc}", file=sys.stderr)
+        print(f"preflight: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever it quotes
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("preflight: interrupted", file=sys.stderr)
