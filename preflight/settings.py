@@ -23,7 +23,8 @@ CORE_OPTIONS: list[Option] = [
            type=positive_int, metavar="N"),
     Option(name="timeout", help="overall deadline for the whole run in seconds (default 300)", type=positive_float,
            default=300.0, metavar="SECONDS"),
-    Option(name="launch-timeout", help="deadline for each distributed launch in seconds (default 120)",
+    Option(name="launch-timeout", help="longest any distributed phase (a DDP step, the sweep, an FSDP or ZeRO step) "
+           "may run before it is called hung, in seconds (default 120; the whole run stays within --timeout)",
            type=positive_float, default=120.0, metavar="SECONDS"),
     Option(name="strict", help="warnings make the exit code 1", flag=True, default=False),
 ]
@@ -70,8 +71,3 @@ class Settings:
     def remaining_s(self) -> float:
         """Seconds left before the overall deadline."""
         return self.timeout_s - (time.monotonic() - self.started)
-
-    def launch_deadline_s(self, wanted: float | None = None) -> float:
-        """Deadline for one launch: what the launch wants, capped by the launch timeout and the time left."""
-        cap = min(wanted or self.launch_timeout_s, self.launch_timeout_s)
-        return max(1.0, min(cap, self.remaining_s() - 5.0))

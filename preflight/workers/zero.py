@@ -18,7 +18,7 @@ from typing import Any
 
 from preflight.parse.op_build import find_op_build_failure
 from preflight.workers import phases
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.common import WorkerContext
 
 DEFAULT_STEPS = 4
 DEFAULT_ACCUMULATION = 2
@@ -80,7 +80,7 @@ def parameter_digests(engine: Any, stage: int) -> dict[str, str]:
     """``name -> sha256`` of every parameter in full (ZeRO-3 gathers them first, on every rank)."""
     import deepspeed
 
-    from preflight.workers.tiny_model import tensor_digest
+    from preflight.workers.digest import tensor_digest
 
     named = list(engine.module.named_parameters())
     if stage != 3:
@@ -148,7 +148,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
     saved = parameter_digests(engine, args.stage)
     digest = _combined(saved)
 
-    path = args.checkpoint_dir or ctx.run_dir / "checkpoint"
+    path = ctx.run_dir / (args.checkpoint_dir or "checkpoint")  # relative: inside the launch's own directory
     ctx.progress(phases.CHECKPOINT_SAVE)
     _, save_s = tm.timed(ctx, lambda: engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG))
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
@@ -190,6 +190,3 @@ def _combined(digests: dict[str, str]) -> str:
         combined.update(f"{name}={digests[name]};".encode())
     return combined.hexdigest()
 
-
-if __name__ == "__main__":
-    worker_main(run)

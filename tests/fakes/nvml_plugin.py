@@ -8,7 +8,7 @@ NVML C library (``tests/fakes/nvml.py``) instead of the driver's. It never ships
 
 It puts an :class:`~preflight.probe.nvml_transport.NvmlTransport` naming the fake in
 ``config.stash[NVML_TRANSPORT_KEY]``; everything after that (the child, its deadline, pynvml) is
-what preflight does on a real node.
+what preflight does on a real node. The job's torch answers through the transports hook.
 """
 
 from __future__ import annotations
@@ -17,9 +17,10 @@ import json
 
 import pytest
 
-from preflight.fixtures.gpus import NVML_TRANSPORT_KEY, TORCH_DEVICES_KEY, gpu_state
+from preflight.fixtures.gpus import NVML_TRANSPORT_KEY, gpu_state
+from preflight.node.transports import Transports
 from preflight.probe.nvml_transport import NvmlTransport
-from preflight.probe.torch_devices import TorchDevices
+from tests.fakes.fake_torch import cuda_answer, real_answer, torch_runner
 from tests.fakes.nvml import FACTORY, Faults, library_argument, spec_for
 
 
@@ -31,16 +32,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fake-torch-cpu", action="store_true", default=False, help="torch is a CPU-only build")
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def _install(config: pytest.Config) -> bool:
+    """Put the fake machine's transport in the stash (once); False without --fake-nvml."""
     profile = config.getoption("fake_nvml")
     if profile is None:
-        return
-    spec_for(profile)  # an unknown profile is a clear error here, not in the child
-    faults = Faults.from_json(json.loads(config.getoption("fake_nvml_faults")))
-    config.stash[NVML_TRANSPORT_KEY] = NvmlTransport(FACTORY, library_argument(profile, faults), f"fake:{profile}")
-    visible = gpu_state(config).visible
+        return False
+    if NVML_TRANSPORT_KEY not in config.stash:
+        spec_for(profile)  # an unknown profile is a clear error here, not in the child
+        faults = Faults.from_json(json.loads(config.getoption("fake_nvml_faults")))
+        config.stash[NVML_TRANSPORT_KEY] = NvmlTransport(FACTORY, library_argument(profile, faults), f"fake:{profile}")
+    return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _install(config)
+
+
+def pytest_preflight_transports(config: pytest.Config) -> Transports | None:
+    """The job's torch as the fake machine's driver would have it count (the torch probe's answer)."""
+    if not _install(config):
+        return None
+    if config.getoption("fake_torch_cpu"):
+        return Transports(run=torch_runner(real_answer()))
     count = config.getoption("fake_torch_count")
     if count is None:
+        visible = gpu_state(config).visible
         count = visible.count if visible else 0
-    cuda = None if config.getoption("fake_torch_cpu") else "12.4"
-    config.stash[TORCH_DEVICES_KEY] = TorchDevices("2.13.0+fake", cuda, 0 if cuda is None else count)
+    return Transports(run=torch_runner(cuda_answer(count)))
