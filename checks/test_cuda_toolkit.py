@@ -15,7 +15,7 @@ from preflight.judge.toolkit import (
 )
 from preflight.outcome import Verdict, skip
 from preflight.probe.cuda_node import CudaNode
-from preflight.probe.gpus import GpuInfo
+from preflight.probe.nvml_snapshot import GpuInfo
 from preflight.probe.jit_build import run_jit_build
 from preflight.probe.toolkit import ToolkitFacts
 from preflight.recording import Recorder

@@ -24,7 +24,7 @@ from preflight.judge.gpus import (
 )
 from preflight.outcome import View, Verdict, skip
 from preflight.parse.visible_devices import VisibleDevices
-from preflight.probe.gpus import GpuInfo, Inventory
+from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 from preflight.probe.torch_devices import TorchDevices
 from preflight.recording import Recorder
 from preflight.settings import Settings
@@ -35,7 +35,7 @@ NO_GPU = "no NVIDIA GPU visible: NVML lists no GPU"
 def _judge_node(state: GpuState, judge: Callable[[VisibleDevices], Verdict]) -> Verdict:
     """``judge`` on the resolved devices; SKIP for the node-level checks when NVML lists no GPU (test_nvml
     reports why). ``state.visible`` is None exactly when NVML lists no GPU."""
-    reason = no_gpu_reason(state.inventory)
+    reason = no_gpu_reason(state.snapshot)
     if reason is not None or state.visible is None:
         return skip(reason or NO_GPU)
     return judge(state.visible)
@@ -48,7 +48,7 @@ def _judge_gpu(judge: Callable[[GpuInfo], Verdict], gpu: GpuInfo | None, gpu_ski
     return gpu_skip or skip(NO_GPU)
 
 
-def test_nvml(record: Recorder, settings: Settings, gpu_inventory: Inventory, gpu_table_view: View) -> None:
+def test_nvml(record: Recorder, settings: Settings, gpu_inventory: NvmlSnapshot, gpu_table_view: View) -> None:
     """NVML starts and lists the GPUs"""
     verdict = judge_nvml(gpu_inventory, settings.expect_gpus)
     record(verdict.with_extra(views=[gpu_table_view]) if gpu_inventory.gpus else verdict)
@@ -59,13 +59,13 @@ def test_gpu_count(
 ) -> None:
     """The job sees the expected number of GPUs"""
     state = gpu_environment
-    nvml_count, expected = len(state.inventory.gpus), settings.expect_gpus
+    nvml_count, expected = len(state.snapshot.gpus), settings.expect_gpus
     record(_judge_node(state, lambda visible: judge_gpu_count(visible, nvml_count, expected, torch_devices)))
 
 
 def test_devices_agree(record: Recorder, gpu_environment: GpuState, torch_devices: TorchDevices) -> None:
     """torch, NVML and CUDA_VISIBLE_DEVICES agree on the GPUs"""
-    nvml_count = len(gpu_environment.inventory.gpus)
+    nvml_count = len(gpu_environment.snapshot.gpus)
     record(_judge_node(gpu_environment, lambda visible: judge_device_agreement(visible, nvml_count, torch_devices)))
 
 

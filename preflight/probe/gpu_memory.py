@@ -92,14 +92,17 @@ def probe_gpu_memory(runner: CommandRunner = run_command, env: Mapping[str, str]
 
 
 def from_inventory(inventory: object) -> GpuMemorySource:
-    """Adapt the GPU inventory (objects with ``index``, ``name``, ``memory_total``, ``memory_used``)."""
+    """Adapt the GPU inventory (objects with ``index``, ``name``, ``memory_total``, ``memory_used`` and
+    optionally ``memory_reserved``: memory the driver keeps is as unavailable to the job as memory in use)."""
     gpus: list[GpuMemory] = []
     for gpu in getattr(inventory, "gpus", ()) or ():
         total, used = getattr(gpu, "memory_total", None), getattr(gpu, "memory_used", None)
+        reserved = getattr(gpu, "memory_reserved", None)
         if not isinstance(total, int) or isinstance(total, bool):
-            return GpuMemorySource((), "gpu inventory", f"GPU {getattr(gpu, 'index', '?')} memory is unknown ({total})")
-        gpus.append(GpuMemory(int(getattr(gpu, "index", len(gpus))), str(getattr(gpu, "name", "")), total,
-                              used if isinstance(used, int) and not isinstance(used, bool) else 0))
+            index = getattr(gpu, "index", "?")
+            return GpuMemorySource((), "gpu inventory", f"GPU {index} memory is unknown ({total})")
+        taken = sum(v for v in (used, reserved) if isinstance(v, int) and not isinstance(v, bool))
+        gpus.append(GpuMemory(int(getattr(gpu, "index", len(gpus))), str(getattr(gpu, "name", "")), total, taken))
     if not gpus:
         error = getattr(inventory, "error", None)
         cause = getattr(error, "cause", None) or "the inventory lists no GPU"

@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from preflight.fixtures.gpus import NVML_BACKEND_KEY
+from preflight.fixtures.gpus import NVML_TRANSPORT_KEY
 from preflight.report import collector as report_collector
 from preflight.report.facts import add_fact
 from tests.fakes import planted
-from tests.fakes.nvml import FakeNvml
+from tests.fakes.nvml import fake_transport
 from tests.fakes.nvml_profiles import PROFILES
 
 STALL_S = 600.0
@@ -47,7 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
         spec = PROFILES["1x-a10g"]
         gpus = tuple(dataclasses.replace(gpu, name=planted.GPU_NAME) for gpu in spec.gpus)
         hostile = dataclasses.replace(spec, gpus=gpus)
-        config.stash[NVML_BACKEND_KEY] = FakeNvml(hostile)
+        config.stash[NVML_TRANSPORT_KEY] = fake_transport("1x-a10g", spec=hostile)
     add_fact(config, f"planted{planted.MARKUP}", {planted.MARKUP: planted.URL_WITH_PASSWORD,
                                                   "token": planted.PLAIN_TOKEN, "note": planted.HF_TOKEN})
     if os.environ.get("PREFLIGHT_TEST_STALL") == "report":

@@ -1,23 +1,27 @@
-"""Test-only pytest plugin (``-p tests.fakes.nvml_plugin``): the GPU checks run against a fake
-NVML machine instead of the real library. It never ships with preflight.
+"""Test-only pytest plugin (``-p tests.fakes.nvml_plugin``): the run's NVML child talks to a fake
+NVML C library (``tests/fakes/nvml.py``) instead of the driver's. It never ships with preflight.
 
     --fake-nvml=8x-h100-sxm                     the machine (tests/fakes/nvml_profiles.py)
     --fake-nvml-faults='{"ecc_volatile": {"3": 2}}'   Faults fields as JSON (GPU keys may be strings)
     --fake-torch-count=7                        what torch.cuda.device_count() answers (default: agree)
     --fake-torch-cpu                            torch is a CPU-only build
+
+It puts an :class:`~preflight.probe.nvml_transport.NvmlTransport` naming the fake in
+``config.stash[NVML_TRANSPORT_KEY]``; everything after that (the child, its deadline, pynvml) is
+what preflight does on a real node. The job's torch answers through the transports hook.
 """
 
 from __future__ import annotations
 
 import json
-from typing import Any
 
 import pytest
 
-from preflight.fixtures.gpus import NVML_BACKEND_KEY, gpu_state
+from preflight.fixtures.gpus import NVML_TRANSPORT_KEY, gpu_state
 from preflight.node.transports import Transports
+from preflight.probe.nvml_transport import NvmlTransport
 from tests.fakes.fake_torch import cuda_answer, real_answer, torch_runner
-from tests.fakes.nvml import FakeNvml
+from tests.fakes.nvml import FACTORY, Faults, library_argument, spec_for
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -28,23 +32,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--fake-torch-cpu", action="store_true", default=False, help="torch is a CPU-only build")
 
 
-def _keys_to_int(value: Any) -> Any:
-    """JSON object keys are strings; GPU numbers in Faults are ints. Lists become tuples."""
-    if isinstance(value, dict):
-        return {int(k) if isinstance(k, str) and k.isdigit() else k: _keys_to_int(v) for k, v in value.items()}
-    if isinstance(value, list):
-        return tuple(_keys_to_int(v) for v in value)
-    return value
-
-
 def _install(config: pytest.Config) -> bool:
-    """Put the fake machine in the stash (once); False without --fake-nvml."""
+    """Put the fake machine's transport in the stash (once); False without --fake-nvml."""
     profile = config.getoption("fake_nvml")
     if profile is None:
         return False
-    if NVML_BACKEND_KEY not in config.stash:
-        faults = _keys_to_int(json.loads(config.getoption("fake_nvml_faults")))
-        config.stash[NVML_BACKEND_KEY] = FakeNvml.from_profile(profile, **faults)
+    if NVML_TRANSPORT_KEY not in config.stash:
+        spec_for(profile)  # an unknown profile is a clear error here, not in the child
+        faults = Faults.from_json(json.loads(config.getoption("fake_nvml_faults")))
+        config.stash[NVML_TRANSPORT_KEY] = NvmlTransport(FACTORY, library_argument(profile, faults), f"fake:{profile}")
     return True
 
 
