@@ -23,6 +23,7 @@ from typing import Any
 from preflight.probe.command import CommandResult, CommandRunner, run_command
 from preflight.probe.nvml_snapshot import NvmlSnapshot, PcieSample, SnapshotError
 from preflight.probe.nvml_transport import REAL, NvmlTransport
+from preflight.workers.lifeline import die_with_parent
 
 CHILD_MODULE = "preflight.probe.nvml_child"
 NVML_TIMEOUT_S = 60.0
@@ -138,6 +139,7 @@ class PcieSampler:
         self._process = subprocess.Popen(
             self.argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, stdin=subprocess.PIPE,
             start_new_session=True, env=child_env(), text=True, errors="replace",
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - dies with preflight; only prctl runs before exec
         )
         return self
 

@@ -233,6 +233,36 @@ class GpuInfo:
             "processes": text(self.processes, lambda procs: str(len(procs))),
         }
 
+    def as_dict(self) -> dict[str, Any]:
+        """The report's form: numbers with their unit in the key (bytes, Celsius), what NVML could not
+        report as its reason (``"not supported"``), never a display string."""
+        rows = self.remapped_rows
+        return {
+            "index": self.index, "name": _json(self.name), "uuid": _json(self.uuid),
+            "pci_bus_id": _json(self.pci_bus_id),
+            "memory_total_bytes": _json(self.memory_total), "memory_used_bytes": _json(self.memory_used),
+            "memory_reserved_bytes": _json(self.memory_reserved),
+            "compute_capability": _json(self.compute_capability) if isinstance(self.compute_capability, Absent)
+            else f"{self.compute_capability[0]}.{self.compute_capability[1]}",
+            "persistence_mode": _json(self.persistence_mode), "mig_enabled": _json(self.mig_enabled),
+            "ecc_enabled": _json(self.ecc_enabled), "ecc_uncorrected_volatile": _json(self.ecc_uncorrected_volatile),
+            "ecc_uncorrected_aggregate": _json(self.ecc_uncorrected_aggregate),
+            "remapped_rows": str(rows) if isinstance(rows, Absent) else
+            {"corrected": rows.corrected, "uncorrected": rows.uncorrected, "pending": rows.pending,
+             "failed": rows.failed},
+            "retired_pages_pending": _json(self.retired_pages_pending),
+            "pcie_current": _json(self.pcie_current) if isinstance(self.pcie_current, Absent)
+            else {"generation": self.pcie_current[0], "width": self.pcie_current[1]},
+            "pcie_max": _json(self.pcie_max) if isinstance(self.pcie_max, Absent)
+            else {"generation": self.pcie_max[0], "width": self.pcie_max[1]},
+            "temperature_c": _json(self.temperature_c),
+            "clock_event_reasons": _json(self.clock_event_names),
+            "processes": _json(self.processes) if isinstance(self.processes, Absent)
+            else [{"pid": p.pid, "used_memory_bytes": p.used_memory} for p in self.processes],
+            "nvlinks_active": self.nvlinks_active, "nvlinks_present": self.nvlinks_present,
+            "gpu_lost": self.gpu_lost, "query_errors": dict(self.query_errors),
+        }
+
     def to_json(self) -> dict[str, Any]:
         """Wire form (every field, Absent kept as ``{"absent": ...}``)."""
         return {
