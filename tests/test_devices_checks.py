@@ -21,8 +21,7 @@ PER_GPU = (
     "test_gpu_mig",
     "test_gpu_persistence",
     "test_gpu_throttling",
-    "test_gpu_pcie_link",
-)
+)  # test_gpu_pcie_link reads a sample taken under the sweep's load: test_pcie_link_is_judged_under_load
 NODE = (
     "test_nvml",
     "test_gpu_count",
@@ -43,7 +42,8 @@ def run_checks(
         monkeypatch.setenv(name, value)
     pytester.makepyfile(test_devices=CHECKS)
     out = pytester.path / "out"
-    result = pytester.runpytest("-p", "no:cacheprovider", f"--preflight-report-dir={out}", *args)
+    selection = () if "-k" in args or "-m" in args else ("-m", "not distributed")  # no launch unless asked for
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--preflight-report-dir={out}", *selection, *args)
     assert "Traceback" not in result.stdout.str() + result.stderr.str()
     report = json.loads((out / "preflight.json").read_text())
     validate_report(report)
@@ -75,12 +75,11 @@ def test_healthy_machine_is_ready(pytester: pytest.Pytester, monkeypatch: pytest
         assert checks[name]["status"] == "PASS", checks[name]["summary"]
     for index in range(count):
         assert checks[f"test_gpu_ecc[gpu{index}]"]["status"] == "PASS"
-        assert checks[f"test_gpu_pcie_link[gpu{index}]"]["status"] == "SKIP"
     assert len(checks) == len(NODE) + len(PER_GPU) * count
     table = checks["test_nvml"]["views"][0]
     assert table["kind"] == "table" and len(table["data"]["rows"]) == count and table["data"]["highlight"] == []
     facts = report["node"]["gpus"]
-    assert facts["backend"] == f"fake:{profile}" and len(facts["table"]) == count
+    assert facts["backend"] == f"fake:{profile}" and len(facts["gpus"]) == count
 
 
 FAULTS = [
@@ -310,3 +309,15 @@ def test_preflight_command_on_this_cpu_machine(tmp_path: Path) -> None:
     if report["node"]["gpus"]["error"] is None:
         pytest.skip("this machine has an NVIDIA driver")
     assert report["verdict"] == "READY" and "Traceback" not in result.stdout + result.stderr
+
+
+def test_pcie_link_is_judged_under_load(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sampled while the sweep runs (the fake's links train up under load; GPU1's slot gives Gen3 x16)."""
+    faults = {"under_load": True, "pcie_current": {"1": [3, 16]}}
+    report, _ = run_checks(pytester, monkeypatch, *fake("2x-h100-pcie-no-bridge", faults), "-k", "pcie")
+    checks = by_name(report)
+    assert checks["test_gpu_pcie_link[gpu0]"]["status"] == "PASS", checks["test_gpu_pcie_link[gpu0]"]
+    assert "under load" in checks["test_gpu_pcie_link[gpu0]"]["summary"]
+    degraded = checks["test_gpu_pcie_link[gpu1]"]
+    assert degraded["status"] == "WARN" and degraded["code"] == "GPU_PCIE_LINK_DEGRADED", degraded
+    assert "Gen3 x16" in degraded["summary"]
