@@ -10,6 +10,7 @@ from preflight.judge.gpus import (
     judge_ecc,
     judge_gpu_busy,
     judge_gpu_models,
+    judge_gpu_presence,
     judge_gpu_responds,
     judge_memory_repairs,
     judge_mig,
@@ -27,9 +28,14 @@ from preflight.recording import Recorder
 from preflight.settings import Settings
 
 
+def test_nvidia_gpu_present(record: Recorder, node: Node) -> None:
+    """There is an NVIDIA GPU for the job (or a CPU rehearsal was asked for)"""
+    record(judge_gpu_presence(node.pci_gpus.count, len(node.nvml.gpus), node.torch.gpus, node.cpu_rehearsal))
+
+
 def test_nvml(record: Recorder, settings: Settings, node: Node, gpu_table_view: View) -> None:
     """NVML starts and lists the GPUs"""
-    verdict = judge_nvml(node.nvml, settings.expect_gpus)
+    verdict = judge_nvml(node.nvml, settings.expect_gpus, node.pci_gpus.count)
     record(verdict.with_extra(views=[gpu_table_view]) if node.nvml.gpus else verdict)
 
 

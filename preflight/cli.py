@@ -169,6 +169,7 @@ def run(argv: list[str]) -> int:
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         raise UsageError("no check matches the selection (-k / -m)")
     from preflight.report.collector import LAST_RUN
+    from preflight.report.model import verdict_label
 
     try:
         report = json.loads(stale.read_text())
@@ -177,7 +178,7 @@ def run(argv: list[str]) -> int:
             print(f"{LAST_RUN['verdict']}  (no report: {LAST_RUN['write_error']})")
             return int(LAST_RUN["exit_code"])
         raise UsageError(f"the run ended (pytest exit code {int(code)}) without writing {stale}") from None
-    print(f"{report['verdict']}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
+    print(f"{verdict_label(report)}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
     if args.oneline:
         from preflight.report.oneline import format_oneline
 

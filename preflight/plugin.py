@@ -127,7 +127,8 @@ def node_for(config: pytest.Config) -> Node:
         from preflight.fixtures.gpus import nvml_deadline_s
 
         transports = config.hook.pytest_preflight_transports(config=config)
-        node = Node(transports, nproc=config.stash[SETTINGS_KEY].nproc, nvml_timeout_s=lambda: nvml_deadline_s(config))
+        settings = config.stash[SETTINGS_KEY]
+        node = Node(transports, nproc=settings.nproc, cpu=settings.cpu, nvml_timeout_s=lambda: nvml_deadline_s(config))
         config.stash[NODE_KEY] = node
     return node
 

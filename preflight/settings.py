@@ -28,6 +28,8 @@ CORE_OPTIONS: list[Option] = [
            "may run before it is called hung, in seconds (default 120; the whole run stays within --timeout)",
            type=positive_float, default=120.0, metavar="SECONDS"),
     Option(name="strict", help="warnings make the exit code 1", flag=True, default=False),
+    Option(name="cpu", help="a CPU rehearsal: run the distributed checks on CPU ranks (gloo) on a machine without "
+           "NVIDIA GPUs (a laptop, CI); the verdict then says READY (CPU rehearsal)", flag=True, default=False),
     Option(name="python", help="the job's Python interpreter (default: the one preflight runs in): torch, DeepSpeed "
            "and numpy are judged there and every torchrun launch runs it, so preflight may live in a venv of its "
            "own", type=python_interpreter, metavar="PATH"),
@@ -46,6 +48,7 @@ class Settings:
     launch_timeout_s: float
     strict: bool
     python: str
+    cpu: bool
     started: float = field(default_factory=time.monotonic)
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -61,6 +64,7 @@ class Settings:
             launch_timeout_s=float(values.get("launch_timeout") or 120.0),
             strict=bool(values.get("strict")),
             python=str(values.get("python") or sys.executable),
+            cpu=bool(values.get("cpu")),
             started=started if started is not None else time.monotonic(),
             options=dict(values),
         )

@@ -109,6 +109,19 @@ def test_a_hang_names_the_rank_the_others_wait_for_and_the_step():
     assert "time.sleep" in verdict.evidence["rank 0 stack while idle"]
 
 
+def test_a_peer_that_lost_the_hung_rank_does_not_turn_the_hang_into_a_crash():
+    """CI saw this race: rank 0 stalled at step 2, the watchdog ended it, and rank 1's gloo pair
+    raised "Connection closed by peer" before the launcher collected it."""
+    sleeper = _done(0, steps=2, ended="stalled", window_s=None, window_steps=0, stack=SLEEPING, idle_s=8.3)
+    lost = _done(1, steps=2, ended="raised", window_s=None, window_steps=0, error_type="builtins.RuntimeError",
+                 error_message="[gloo/transport/tcp/pair.cc:553] Connection closed by peer [127.0.0.1]:12682",
+                 error_time=101.0)
+    verdict = name_failure(_run(sleeper, lost, stall_s=8.0))
+    assert verdict is not None and verdict.code == "REHEARSAL_HUNG", verdict.summary
+    assert verdict.details["ranks_behind"] == [0]
+    assert "rank 0 stopped in train.py:73" in verdict.summary
+
+
 def test_a_rank_that_left_early_while_its_peer_waits_is_named():
     left = _done(0, steps=4, ended="returned", window_s=None, window_steps=0)
     waiting = _done(1, steps=4, ended="stalled", window_s=None, window_steps=0, stack=IN_BACKWARD, idle_s=11.0)
@@ -249,7 +262,13 @@ def test_a_rehearsal_section_validates_against_the_shipped_schema(tmp_path):
                              busbw_source="measured", params_source="given with --model-params")
     session.rows = scaling_rows([_fig(1, 3.2), _fig(2, 3.1)], session.comm, 98.0)
     report = build_report(RunRecord(), node={"hostname": "h", "os": "linux", "kernel": "6", "cpu": "x", "cpu_count": 2,
-                                             "memory_bytes": 1, "python": "3.11", "torch": {}},
+                                             "memory_bytes": 1, "python": "3.11",
+                                             "torch": {"python": "/venv/bin/python", "version": "2.13.0", "cuda": None,
+                                                       "build": "CPU", "device_count": 0},
+                                             "job": {"gpus": [], "ranks": 2, "on_gpu": False,
+                                                     "source": "2 CPU ranks on gloo (a CPU rehearsal, --cpu)"},
+                                             "gpus": {"backend": "nvml", "driver_version": None, "error": "NVML_ERROR_LIBRARY_NOT_FOUND",
+                                                      "job_sees": "no GPU", "gpus": []}},
                           environment={}, options={}, exit_code=0, sections={"rehearsal": session.section(),
                                                                              "checks": "never replaces a core key"})
     assert isinstance(report["checks"], list) and report["rehearsal"]["sizes"][2]["status"] == "NOT RUN"

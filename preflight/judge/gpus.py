@@ -35,13 +35,34 @@ def no_gpu_reason(inventory: NvmlSnapshot) -> str | None:
     return None
 
 
-def judge_nvml(inventory: NvmlSnapshot, expect_gpus: int | None) -> Verdict:
+NO_GPU_FIX = ("Start the job on a GPU instance; in a container, start it with the GPUs (`docker run --gpus all`, "
+              "the NVIDIA container runtime, or the Kubernetes `nvidia.com/gpu` resource). To rehearse the "
+              "distributed path on this machine's CPUs instead (gloo ranks), run `preflight --cpu`.")
+
+
+def judge_gpu_presence(pci_gpus: int, nvml_gpus: int, torch_gpus: int, cpu_rehearsal: bool) -> Verdict:
+    """NOT READY on a machine with no NVIDIA GPU at all (sysfs, NVML and torch agree), unless a CPU
+    rehearsal was asked for: a ``--nproc-per-node=gpu`` job cannot start there (torchrun counts 0)."""
+    found = max(pci_gpus, nvml_gpus, torch_gpus)
+    if cpu_rehearsal:
+        extra = f"; {found} NVIDIA GPU(s) are here but not used" if found else ""
+        return passed(f"a CPU rehearsal was asked for (--cpu): the distributed checks run on gloo CPU ranks{extra}")
+    if found:
+        return passed(f"NVIDIA GPUs here: {pci_gpus} on the PCI bus, {nvml_gpus} listed by NVML, {torch_gpus} seen "
+                      "by the job's torch")
+    return fail("NO_NVIDIA_GPU", "no NVIDIA GPU on this machine (none on the PCI bus, none in NVML, none in torch): "
+                "a `torchrun --nproc-per-node=gpu` job cannot start here", NO_GPU_FIX)
+
+
+def judge_nvml(inventory: NvmlSnapshot, expect_gpus: int | None, pci_gpus: int = 0) -> Verdict:
     """NVML starts and lists GPUs; a missing library is SKIP on a machine nobody said had GPUs."""
     problem = inventory.error
     if problem is not None:
-        if problem.code in NOT_A_GPU_MACHINE and expect_gpus is None:
+        if problem.code in NOT_A_GPU_MACHINE and expect_gpus is None and pci_gpus == 0:
             return skip(f"no NVIDIA GPU visible: {problem.cause}", evidence={"nvml": problem.nvml_error})
         wanted = f" (expected {expect_gpus} GPUs)" if expect_gpus else ""
+        if pci_gpus:
+            wanted += f"; {pci_gpus} NVIDIA GPU(s) are on the PCI bus"
         what = "NVML hangs" if problem.code == "NVML_TIMEOUT" else "NVML cannot start"
         return fail(
             problem.code,

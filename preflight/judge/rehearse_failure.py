@@ -231,10 +231,10 @@ def name_failure(run: SizeRun) -> Verdict | None:
         return error(f"{_size(run.nproc)}: the rehearsal was interrupted (preflight or torchrun went away)",
                      code="REHEARSAL_INTERRUPTED")
     first = _first_failure(run)
-    if first is not None:
-        return _crash(run, first)
     idle = [r for r in run.ranks if r.ended == "stalled" or (r.ended in ("deadline", "killed", "missing")
                                                             and r.steps > 0 and _idle_past_stall(run, r))]
+    if first is not None and not (idle and first.ended in ("raised", "exit") and is_peer_failure(first)):
+        return _crash(run, first)  # a rank that only lost its peer while another stalled is the hang's echo
     if idle:
         return _hang(run, idle)
     if all(r.steps == 0 for r in run.ranks):

@@ -35,6 +35,7 @@ from preflight.parse.visible_devices import (
 )
 from preflight.probe.nvml_probe import NVML_TIMEOUT_S, take_snapshot
 from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
+from preflight.probe.pci import PciGpus, nvidia_gpus_on_pci
 
 CPU_RANKS = 2  # a CPU rehearsal on gloo: two ranks are the least that exercise a collective
 T = TypeVar("T")
@@ -74,13 +75,17 @@ class Job:
                 "cuda_devices": self.cuda_devices}
 
 
-def decide_job(torch: JobTorch, job_gpus: tuple[GpuInfo, ...], nproc: int | None) -> Job:
+def decide_job(torch: JobTorch, job_gpus: tuple[GpuInfo, ...], nproc: int | None, cpu: bool = False) -> Job:
     """The job from what torch counts and which GPUs CUDA_VISIBLE_DEVICES leaves it.
 
     torch's count is what ``--nproc-per-node=gpu`` starts, so it decides the rank count; the visible
     GPUs (in CUDA order) say which they are. ``--nproc`` overrides the rank count and the job then
-    uses the first that many GPUs, as ``--nproc-per-node=N`` does."""
+    uses the first that many GPUs, as ``--nproc-per-node=N`` does. ``cpu`` (``--cpu``) asks for a CPU
+    rehearsal on gloo ranks, whatever GPUs there are."""
     gpus = torch.gpus
+    if cpu:
+        ranks = nproc or CPU_RANKS
+        return Job((), ranks, False, f"{ranks} CPU ranks on gloo (a CPU rehearsal, --cpu)")
     if gpus:
         ranks = nproc or gpus
         source = f"{ranks} ranks ({'--nproc' if nproc else 'one per GPU torch sees'})"
@@ -94,10 +99,11 @@ def decide_job(torch: JobTorch, job_gpus: tuple[GpuInfo, ...], nproc: int | None
 class Node:
     """The node's facts, each gathered once (the two slow ones from the start, side by side)."""
 
-    def __init__(self, transports: Transports, *, nproc: int | None,
+    def __init__(self, transports: Transports, *, nproc: int | None, cpu: bool = False,
                  nvml_timeout_s: Callable[[], float] = lambda: NVML_TIMEOUT_S) -> None:
         self.transports = transports
         self.nproc = nproc
+        self.cpu_rehearsal = cpu
         self._nvml = _Background("preflight-nvml-probe",
                                  lambda: take_snapshot(transports.nvml, timeout_s=nvml_timeout_s(),
                                                        runner=transports.run))
@@ -161,7 +167,12 @@ class Node:
     @cached_property
     def job(self) -> Job:
         """The job's GPUs and ranks."""
-        return decide_job(self.torch, self.job_gpus, self.nproc)
+        return decide_job(self.torch, self.job_gpus, self.nproc, self.cpu_rehearsal)
+
+    @cached_property
+    def pci_gpus(self) -> PciGpus:
+        """NVIDIA GPUs on the PCI bus (sysfs), whatever the driver says."""
+        return nvidia_gpus_on_pci(self.transports.root)
 
     def gpu(self, index: int) -> GpuInfo:
         """The GPU at NVML ``index``."""
@@ -183,8 +194,14 @@ class Node:
             "job_sees": visible.describe() if visible else "no GPU",
             "gpus": [{"cuda_index": cuda_index.get(g.index), **g.as_dict()} for g in self.job_gpus],
             "not_used_by_the_job": [g.index for g in snapshot.gpus if g not in self.job_gpus],
+            "on_pci_bus": self.pci_gpus.count,
         }
 
     def as_dict(self) -> dict[str, Any]:
         """The node model's sections of the report."""
         return {"torch": self.torch.as_dict(), "job": self.job.as_dict(), "gpus": self.gpus_section()}
+
+    @property
+    def can_rehearse(self) -> bool:
+        """True when the distributed checks have something to run on: the job's GPUs, or a CPU rehearsal."""
+        return self.job.on_gpu or self.cpu_rehearsal

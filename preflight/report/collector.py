@@ -13,6 +13,8 @@ import signal
 import sys
 import threading
 import time
+import traceback
+from collections.abc import Generator
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -24,7 +26,7 @@ from preflight.outcome import RunVerdict
 from preflight.probe.node import node_facts
 from preflight.report.facts import gathered_facts, gathered_sections
 from preflight.report.html import render_html
-from preflight.report.model import CheckResult, RunRecord, build_report
+from preflight.report.model import CheckResult, RunRecord, build_report, verdict_label
 from preflight.report.ownership import DirectoryInUse, ReportDirectory
 from preflight.report.redact import redact_obj, report_environment
 from preflight.report.writer import LineLog, dump_json, write_atomic
@@ -106,8 +108,23 @@ class ReportCollector:
         if not self.record.interruption:
             self.record.interruption = "interrupted by the user (Ctrl-C)"
 
-    @pytest.hookimpl(tryfirst=True)
-    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+    @pytest.hookimpl(wrapper=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> Generator[None, None, None]:
+        """Write the reports first; a JUnit file that cannot be written (a full disk) is one line, not
+        a traceback from pytest's JUnit plugin, and the verdict already written stands."""
+        self._finish(exitstatus)
+        try:
+            yield
+        except OSError as exc:
+            if not _raised_in(exc, "junitxml.py"):
+                raise
+            problem = f"could not write the JUnit XML {self.config.getoption('xmlpath')}: {exc.strerror or exc}"
+            if self.write_error is None:
+                self.write_error = problem
+                LAST_RUN["write_error"] = problem
+                print(f"preflight: {problem}", file=sys.stderr, flush=True)
+
+    def _finish(self, exitstatus: int | pytest.ExitCode) -> None:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
             self.record.interrupted = True
             self.record.interruption = self.record.interruption or "the run was interrupted"
@@ -218,7 +235,7 @@ class ReportCollector:
         if report["not_run"]:
             tw.line(f"not run: {len(report['not_run'])} check(s) ({report['run']['interruption']})", yellow=True)
         colour = {"READY": {"green": True}, "DEGRADED": {"yellow": True}}.get(report["verdict"], {"red": True})
-        tw.line(f"preflight: {report['verdict']}", bold=True, **colour)
+        tw.line(f"preflight: {verdict_label(report)}", bold=True, **colour)
         tw.line("reports: " + ", ".join(str(p) for p in self.written))
 
     # -- interruption ----------------------------------------------------------------------
@@ -269,3 +286,8 @@ def _plain(value: Any) -> Any:
     if isinstance(value, (list, tuple)):
         return [_plain(v) for v in value]
     return str(value)
+
+
+def _raised_in(exc: BaseException, filename: str) -> bool:
+    """True when ``exc`` was raised from a frame in a file of that name."""
+    return any(frame.filename.endswith(filename) for frame in traceback.extract_tb(exc.__traceback__))

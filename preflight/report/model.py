@@ -79,6 +79,17 @@ class RunRecord:
         return [nodeid for nodeid in self.collected if nodeid not in self.checks]
 
 
+CPU_REHEARSAL_LABEL = "CPU rehearsal"
+
+
+def verdict_label(report: dict[str, Any]) -> str:
+    """The verdict as people read it: ``READY (CPU rehearsal)`` when the run rehearsed on CPU ranks
+    (``--cpu``), so a CPU run never passes for a GPU node's acceptance."""
+    verdict = str(report.get("verdict", "UNKNOWN"))
+    run = report.get("run")
+    return f"{verdict} ({CPU_REHEARSAL_LABEL})" if isinstance(run, dict) and run.get("cpu_rehearsal") else verdict
+
+
 def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[str, str],
                  options: dict[str, Any], exit_code: int | None,
                  sections: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -100,6 +111,7 @@ def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[s
             "interruption": record.interruption,
             "startup_s": record.startup_s,
             "exit_code": exit_code,
+            "cpu_rehearsal": bool(options.get("cpu")),
         },
         "verdict": record.verdict().value,
         "summary": {s.value: counts.get(s.value, 0) for s in Status},

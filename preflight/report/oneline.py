@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from preflight.report.model import verdict_label
+
 MAX_LENGTH = 80
 SEVERITY = {"FAIL": 0, "ERROR": 1, "WARN": 2}
 INTERRUPTED_CODE = "RUN_INTERRUPTED"
@@ -26,7 +28,7 @@ def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
 
     Plain ASCII, no newline, never longer than ``limit``; the code is never cut.
     """
-    verdict = str(report.get("verdict", "UNKNOWN"))
+    verdict = verdict_label(report)
     found = problems(report)
     if found:
         worst = found[0]
