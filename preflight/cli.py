@@ -110,7 +110,7 @@ def pytest_argv(args: argparse.Namespace, extra: list[str]) -> list[str]:
 
 def _check_report_dir(path: Path) -> None:
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new report directory is the user's alone
         probe = path / ".preflight-write-test"
         probe.write_text("")
         probe.unlink()

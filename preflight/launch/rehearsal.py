@@ -27,6 +27,8 @@ from pathlib import Path
 from preflight.launch.outcome import FINISHED, NOT_RUN, LaunchResult, PhaseResult, RankOutcome
 from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import RunningLaunch, start
+from preflight.report.redact import redact_files
+from preflight.report.writer import PRIVATE_DIR_MODE
 from preflight.workers.common import result_name
 
 MIN_LAUNCH_S = 8.0  # less than this left of the run's deadline: a launch is not started
@@ -94,11 +96,13 @@ class Rehearsal:
             return None
         run_dir = self.logs_dir / name
         shutil.rmtree(run_dir, ignore_errors=True)
+        for private in (self.logs_dir, run_dir):  # the ranks' raw output is the user's alone
+            private.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
         launch = start(plan, run_dir=run_dir, deadline_s=deadline, cut_reason=reason, python=self.python)
         if self._gate_open:
             launch.open_gate()
         running = _Running(launch, threading.Thread(target=lambda: None))
-        running.thread = threading.Thread(target=lambda: running.result.append(launch.wait()),
+        running.thread = threading.Thread(target=lambda: running.result.append(_ended(launch)),
                                           name=f"preflight-watch-{name}", daemon=True)
         running.thread.start()
         self._runs.append(running)
@@ -195,6 +199,14 @@ class Rehearsal:
                 running.launch.hard_deadline = 0.0  # the monitor stops the launch at once
         for running in self._runs:
             running.thread.join(timeout=30)
+
+
+def _ended(launch: RunningLaunch) -> LaunchResult:
+    """Wait for the launch's end, then scrub what its ranks wrote raw (logs, error files) before any check
+    reads it: everything under the report directory is what a user attaches to a ticket."""
+    result = launch.wait()
+    redact_files(launch.run_dir)
+    return result
 
 
 def _finished_early(launch: RunningLaunch, name: str) -> PhaseResult | None:

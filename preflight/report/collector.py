@@ -26,8 +26,8 @@ from preflight.report.facts import gathered_facts
 from preflight.report.html import render_html
 from preflight.report.model import CheckResult, RunRecord, build_report
 from preflight.report.ownership import DirectoryInUse, ReportDirectory
-from preflight.report.redact import redact_obj, report_environment
-from preflight.report.writer import LineLog, dump_json, write_atomic
+from preflight.report.redact import redact_files, redact_obj, report_environment
+from preflight.report.writer import LineLog, dump_json, private_tree, write_atomic
 from preflight.settings import Settings
 
 JSON_NAME = "preflight.json"
@@ -128,7 +128,14 @@ class ReportCollector:
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
         if self.directory is not None:
+            self._make_private()
             self.directory.release()
+
+    def _make_private(self) -> None:
+        """Every file under the report directory 0600 (JUnit too), every directory below it 0700; the
+        Prometheus textfile, read by an exporter that may run as another user, is left as written."""
+        prometheus = self.config.getoption("preflight_prometheus", default=None)
+        private_tree(self.report_dir, keep=[Path(prometheus)] if prometheus else [])
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -241,6 +248,8 @@ class ReportCollector:
             self.write_reports()
             print(f"preflight: {self.record.verdict().value} (run stopped at its deadline); reports: "
                   + ", ".join(str(p) for p in self.written), file=sys.stderr, flush=True)
+            redact_files(self.report_dir / "logs")  # a launch still in flight was never scrubbed
+            self._make_private()
         finally:
             os._exit(EXIT_NOT_READY)
 
