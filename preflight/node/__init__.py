@@ -86,8 +86,12 @@ class Node:
             self._job = decide_job(self.torch, self._visible(), self._nproc)
         return self._job
 
-    def as_dict(self, sections: Sequence[str] = ("torch", "job")) -> dict[str, Any]:
-        """The report's node facts."""
+    def as_dict(self, sections: Sequence[str] = ("torch", "job"), *, wait: bool = True) -> dict[str, Any]:
+        """The report's node facts. With ``wait`` off (a run interrupted at its start) a torch probe still
+        running is not waited for: the report says torch is not known yet and leaves the job out."""
+        if not wait and self._torch_thread.is_alive():
+            problem = "not known: the run was interrupted before the job's torch answered"
+            return {"torch": JobTorch(python=self.transports.python, problem=problem).as_dict()}
         out: dict[str, Any] = {}
         if "torch" in sections:
             out["torch"] = self.torch.as_dict()

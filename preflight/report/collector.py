@@ -65,20 +65,33 @@ class ReportCollector:
 
     def open(self) -> None:
         """Own the report directory (a second run into it is refused), remove what an earlier run left
-        there, and start the line log; a usage error when any of it is impossible."""
-        if threading.current_thread() is threading.main_thread():
-            # before the first file exists: a SIGTERM from here on still ends in a report marked interrupted
-            self._old_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
-        directory = ReportDirectory(self.report_dir)
+        there, and start the line log; a usage error when any of it is impossible.
+
+        Call it once the collector is registered (its ``pytest_unconfigure`` writes the report of a run
+        interrupted before its session started). Ctrl-C and SIGTERM are held until the directory is owned,
+        cleared and the line log open, then delivered: an interruption never finds half an opening."""
+        main = threading.current_thread() is threading.main_thread()
+        held: list[int] = []
+        previous = {s: signal.signal(s, lambda signum, frame: held.append(signum))
+                    for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
         try:
+            directory = ReportDirectory(self.report_dir)
             directory.acquire()
+            self.directory = directory
             directory.clear_previous(self._own_outputs())
             self.lines = LineLog(self.report_dir / LINES_NAME)
         except DirectoryInUse as exc:
             raise pytest.UsageError(str(exc)) from None
         except OSError as exc:
             raise pytest.UsageError(f"cannot write reports to {self.report_dir}: {exc.strerror or exc}") from None
-        self.directory = directory
+        finally:
+            if main:
+                # from here on a SIGTERM still ends in a report marked interrupted
+                signal.signal(signal.SIGINT, previous[signal.SIGINT])
+                self._old_sigterm = previous[signal.SIGTERM]
+                signal.signal(signal.SIGTERM, self._on_sigterm)
+        for signum in dict.fromkeys(held):
+            signal.raise_signal(signum)
 
     def _own_outputs(self) -> list[Path]:
         """This run's outputs outside the report's fixed names: the JUnit and Prometheus files it was given."""
@@ -179,7 +192,7 @@ class ReportCollector:
         """Build the report; write JSON then HTML. A write that fails (a full disk, a removed directory)
         is recorded in ``write_error`` and said in one line; the verdict is kept in memory for the CLI."""
         began = time.monotonic()
-        node: dict[str, Any] = {**node_facts(), **_node_model_facts(self.config)}
+        node: dict[str, Any] = {**node_facts(), **_node_model_facts(self.config, wait=not self.record.interrupted)}
         node.update(gathered_facts(self.config))
         report = build_report(
             self.record,
@@ -254,11 +267,12 @@ class ReportCollector:
             os._exit(EXIT_NOT_READY)
 
 
-def _node_model_facts(config: pytest.Config) -> dict[str, Any]:
-    """The node model's sections (the job's torch, the job), whatever ``-k`` selected."""
+def _node_model_facts(config: pytest.Config, *, wait: bool) -> dict[str, Any]:
+    """The node model's sections (the job's torch, the job), whatever ``-k`` selected; an interrupted run
+    does not wait for a torch probe still running (a scheduler's grace period is short)."""
     from preflight.plugin import node_for
 
-    return node_for(config).as_dict()
+    return node_for(config).as_dict(wait=wait)
 
 
 def _seconds_since_process_start() -> float | None:
