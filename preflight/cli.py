@@ -118,9 +118,10 @@ def _check_report_dir(path: Path) -> None:
         raise UsageError(f"cannot write reports to {path}: {exc.strerror or exc}") from None
 
 
-def _run_pytest(argv: list[str]) -> tuple[int, str]:
+def _run_pytest(argv: list[str], plugins: list[object] | None = None) -> tuple[int, str]:
     """Run pytest with its Python-level stderr held back: a usage error from options passed after
-    ``--`` is several lines of pytest usage, and the user gets one line instead."""
+    ``--`` is several lines of pytest usage, and the user gets one line instead. ``plugins`` are
+    plugin objects for the session (``preflight rehearse`` passes its own)."""
     import io
 
     import pytest
@@ -129,7 +130,7 @@ def _run_pytest(argv: list[str]) -> tuple[int, str]:
     real = sys.stderr
     sys.stderr = held
     try:
-        code = pytest.main(argv)
+        code = pytest.main(argv, plugins=plugins)
     finally:
         sys.stderr = real
     return int(code), held.getvalue()
@@ -194,7 +195,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(module.main(argv[1:]))
         return run(argv)
     except UsageError as exc:
-        print(f"preflight: error: {exc}", file=sys.stderr)
+        print(f"preflight: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever it quotes
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("preflight: interrupted", file=sys.stderr)

@@ -201,3 +201,32 @@ class LaunchResult:
         """The phase that crashed, hung or was cut, if any."""
         return next((p for p in self.phases if p.state == BROKEN), None)
 
+
+
+@dataclass(frozen=True, slots=True)
+class ScriptResult:
+    """One launch of a user's script (``preflight rehearse``): how each rank ended, from its exit code."""
+
+    nproc: int
+    ranks: tuple[RankOutcome, ...]
+    timed_out: bool
+    returncode: int | None
+    duration_s: float
+    deadline_s: float
+    run_dir: Path
+    launcher_tail: str
+    root: int | None = None
+    leftovers: tuple[int, ...] = ()
+
+    def root_cause(self) -> int | None:
+        """The rank torchrun named first, when it crashed; else the crashed rank with the lowest number."""
+        crashed = [r.rank for r in self.ranks if r.state == "crashed"]
+        if self.root in crashed:
+            return self.root
+        return min(crashed) if crashed else None
+
+    def describe(self) -> str:
+        """One line: which ranks did not finish, or empty."""
+        bad = [f"rank {r.rank} {r.state}" + (f" ({r.error})" if r.error else "") for r in self.ranks
+               if r.state != FINISHED]
+        return "; ".join(bad)

@@ -23,7 +23,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -37,6 +37,7 @@ from preflight.launch.outcome import (
     LaunchResult,
     PhaseResult,
     RankOutcome,
+    ScriptResult,
     failure_exitcodes,
     root_cause_rank,
 )
@@ -183,21 +184,11 @@ def start(plan: LaunchPlan, *, run_dir: Path, deadline_s: float, cut_reason: str
     run_dir.mkdir(parents=True, exist_ok=True)
     plan_path = run_dir / PLAN_FILE
     plan.write(plan_path, gate=None if not any(p.gated for p in plan.phases) else run_dir / GATE_FILE)
-    env = dict(os.environ)
-    for key, value in plan.env.items():
-        if value is None:
-            env.pop(key, None)
-        else:
-            env[key] = value
-    env[RUN_DIR_ENV] = str(run_dir)
-    env[BACKEND_ENV] = plan.backend
-    env[PARENT_PID_ENV] = str(os.getpid())
-    env[RANK_DEADLINE_ENV] = str(time.time() + deadline_s + RANK_DEADLINE_GRACE_S)
     # The process group's own timeout is longer than any phase's budget, so a hang is seen by the
     # launcher with every rank still alive (and each rank's last label known), not as a peer's error.
     longest = max([plan.startup_budget_s, *(p.budget_s for p in plan.phases)])
-    env[PG_TIMEOUT_ENV] = str(pg_timeout_s if pg_timeout_s is not None else longest + 30.0)
-    env.setdefault("OMP_NUM_THREADS", "1")
+    env = _environment(plan.env, run_dir, deadline_s, backend=plan.backend,
+                       pg_timeout_s=pg_timeout_s if pg_timeout_s is not None else longest + 30.0)
     started = time.monotonic()
     with open(run_dir / "torchrun.log", "wb") as sink:
         proc = subprocess.Popen(torchrun_argv(plan.nproc, plan_path, python), stdout=sink, stderr=subprocess.STDOUT,
@@ -212,6 +203,79 @@ def launch(plan: LaunchPlan, *, run_dir: Path, deadline_s: float, cut_reason: st
     running = start(plan, run_dir=run_dir, deadline_s=deadline_s, cut_reason=cut_reason, python=python)
     running.open_gate()
     return running.wait()
+
+
+def launch_script(script: Path, *, nproc: int, run_dir: Path, deadline_s: float, args: Sequence[str] = (),
+                  env: Mapping[str, str | None] | None = None, python: str = sys.executable) -> ScriptResult:
+    """``torchrun --standalone --nproc-per-node=N script args`` as the job's own launch would be, with
+    the launcher's guarantees (own session, dies with preflight, hard deadline, only its own processes
+    stopped). For a user's script, which writes no phase results: each rank's end comes from its exit
+    code in torchrun's failure summary (none for ranks that exited 0) or the deadline."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    environment = _environment(env or {}, run_dir, deadline_s, backend=None, pg_timeout_s=None)
+    argv = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
+            "--monitor-interval=0.1", str(script), *args]
+    started = time.monotonic()
+    with open(run_dir / "torchrun.log", "wb") as sink:
+        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=environment, start_new_session=True,
+                                preexec_fn=die_with_parent)  # noqa: PLW1509 - only prctl runs before exec
+    timed_out = False
+    try:
+        while proc.poll() is None:
+            if time.monotonic() - started >= deadline_s:
+                timed_out = True
+                break
+            time.sleep(POLL_S)
+    finally:
+        leftovers = stop(proc, run_dir)
+    log = _read(run_dir / "torchrun.log")
+    tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
+    exitcodes = failure_exitcodes(log)
+    root = root_cause_rank(log)
+    ranks = tuple(_script_rank(run_dir, rank, exitcodes.get(rank), root, timed_out, proc.returncode)
+                  for rank in range(nproc))
+    return ScriptResult(nproc=nproc, ranks=ranks, timed_out=timed_out, returncode=proc.returncode,
+                        duration_s=time.monotonic() - started, deadline_s=deadline_s, run_dir=run_dir,
+                        launcher_tail=tail, root=root, leftovers=tuple(leftovers))
+
+
+def _script_rank(run_dir: Path, rank: int, exitcode: int | None, root: int | None, timed_out: bool,
+                 returncode: int | None) -> RankOutcome:
+    log_path = run_dir / f"rank{rank}.log"
+    tail = _tail(log_path)
+    if exitcode is None:
+        if timed_out:
+            return RankOutcome(rank, "hung", error="still running at the deadline", log_tail=tail,
+                               log_path=str(log_path))
+        state = FINISHED if returncode == 0 else "stopped"
+        return RankOutcome(rank, state, exitcode=0 if state == FINISHED else None, log_tail=tail,
+                           log_path=str(log_path))
+    if exitcode == -signal.SIGTERM and root is not None and root != rank:
+        return RankOutcome(rank, "stopped", error="terminated by torchrun after a peer failed", exitcode=exitcode,
+                           log_tail=tail, log_path=str(log_path))
+    how = f"killed by {_signal_name(-exitcode)}" if exitcode < 0 else f"exit code {exitcode}"
+    return RankOutcome(rank, "crashed", error=how, exitcode=exitcode, log_tail=tail, log_path=str(log_path))
+
+
+def _environment(overrides: Mapping[str, str | None], run_dir: Path, deadline_s: float, *, backend: str | None,
+                 pg_timeout_s: float | None) -> dict[str, str]:
+    """The inherited environment with a launch's overrides (``None`` removes) and preflight's own variables."""
+    env = dict(os.environ)
+    for key, value in overrides.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value
+    env[RUN_DIR_ENV] = str(run_dir)
+    env[PARENT_PID_ENV] = str(os.getpid())
+    env[RANK_DEADLINE_ENV] = str(time.time() + deadline_s + RANK_DEADLINE_GRACE_S)
+    if backend is not None:
+        env[BACKEND_ENV] = backend
+    if pg_timeout_s is not None:
+        env[PG_TIMEOUT_ENV] = str(pg_timeout_s)
+    env.setdefault("OMP_NUM_THREADS", "1")
+    return env
 
 
 # -- stopping ---------------------------------------------------------------------------------------
@@ -241,9 +305,13 @@ def stop(proc: subprocess.Popen[bytes], run_dir: Path) -> list[int]:
 
 
 def _ours(process: psutil.Process, run_dir: Path) -> bool:
-    """True for a process of this launch: its command line names the launch's plan, or it is a
-    child of one that does (torch's own helpers). Never a process of another run."""
+    """True for a process of this launch: it inherited the launch's ``PREFLIGHT_RUN_DIR``, or its
+    command line (or a parent's: torch's own helpers) names the launch's directory. Never a process
+    of another run."""
     try:
+        with contextlib.suppress(psutil.AccessDenied, OSError):
+            if process.environ().get(RUN_DIR_ENV) == str(run_dir):
+                return True
         if str(run_dir) in " ".join(process.cmdline()):
             return True
         return any(str(run_dir) in " ".join(parent.cmdline()) for parent in process.parents())

@@ -22,7 +22,7 @@ import pytest
 from preflight.errors import EXIT_NOT_READY, EXIT_OK
 from preflight.outcome import RunVerdict
 from preflight.probe.node import node_facts
-from preflight.report.facts import gathered_facts
+from preflight.report.facts import gathered_facts, gathered_sections
 from preflight.report.html import render_html
 from preflight.report.model import CheckResult, RunRecord, build_report
 from preflight.report.ownership import DirectoryInUse, ReportDirectory
@@ -200,6 +200,7 @@ class ReportCollector:
             environment=report_environment(os.environ),
             options={k: _plain(v) for k, v in self.settings.options.items()},
             exit_code=self.exit_code(),
+            sections=gathered_sections(self.config),
         )
         self.report = redact_obj(report)
         LAST_RUN.update(verdict=self.report["verdict"], exit_code=self.exit_code(), write_error=None)

@@ -143,8 +143,9 @@ def check_matrix(nodes: list[NodeReport]) -> list[dict[str, Any]]:
     return rows
 
 
-def build_fleet(nodes: list[NodeReport]) -> dict[str, Any]:
-    """The fleet report as plain JSON data."""
+def build_fleet(nodes: list[NodeReport], skipped: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """The fleet report as plain JSON data; ``skipped`` lists the inputs that could not be read
+    (``{"source": ..., "reason": ...}``), so the page says that the fleet is not complete."""
     spread = bandwidth_spread(nodes)
     suspects: dict[str, list[str]] = {}
     for row in spread:
@@ -165,6 +166,7 @@ def build_fleet(nodes: list[NodeReport]) -> dict[str, Any]:
         "nodes": rows,
         "checks": check_matrix(nodes),
         "bandwidth": spread,
+        "skipped": list(skipped or []),
     }
 
 
