@@ -27,7 +27,6 @@ from pathlib import Path
 from preflight.launch.outcome import FINISHED, NOT_RUN, LaunchResult, PhaseResult, RankOutcome
 from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import RunningLaunch, start
-from preflight.report.redact import redact_files
 from preflight.report.writer import PRIVATE_DIR_MODE
 from preflight.workers.common import result_name
 
@@ -102,7 +101,7 @@ class Rehearsal:
         if self._gate_open:
             launch.open_gate()
         running = _Running(launch, threading.Thread(target=lambda: None))
-        running.thread = threading.Thread(target=lambda: running.result.append(_ended(launch)),
+        running.thread = threading.Thread(target=lambda: running.result.append(launch.wait()),
                                           name=f"preflight-watch-{name}", daemon=True)
         running.thread.start()
         self._runs.append(running)
@@ -199,14 +198,6 @@ class Rehearsal:
                 running.launch.hard_deadline = 0.0  # the monitor stops the launch at once
         for running in self._runs:
             running.thread.join(timeout=30)
-
-
-def _ended(launch: RunningLaunch) -> LaunchResult:
-    """Wait for the launch's end, then scrub what its ranks wrote raw (logs, error files) before any check
-    reads it: everything under the report directory is what a user attaches to a ticket."""
-    result = launch.wait()
-    redact_files(launch.run_dir)
-    return result
 
 
 def _finished_early(launch: RunningLaunch, name: str) -> PhaseResult | None:

@@ -57,6 +57,7 @@ class ReportCollector:
         self.report: dict[str, Any] | None = None
         self._write_lock = threading.Lock()
         self._finished = threading.Event()
+        self._lines_finished = False
         self._old_sigterm: Any = None
         self.directory: ReportDirectory | None = None
         self.write_error: str | None = None
@@ -164,9 +165,12 @@ class ReportCollector:
 
         In the main thread, Ctrl-C and SIGTERM are held while the files are written (a signal
         would otherwise abort them half way); a held signal marks the run interrupted and the
-        reports are written once more, so they say so."""
+        reports are written once more, so they say so. The line log's finish line comes last, once,
+        from the final report: the two always agree."""
+        began = time.monotonic()
         if threading.current_thread() is not threading.main_thread():
             self._write_reports()
+            self._finish_lines(began)
             return
         held: list[int] = []
         previous = {s: signal.signal(s, lambda signum, frame: held.append(signum))
@@ -178,9 +182,21 @@ class ReportCollector:
                 self.record.interruption = f"{signal.Signals(held[0]).name} while the reports were written"
                 self.report, self.written = None, []
                 self._write_reports()
+            self._finish_lines(began)
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+    def _finish_lines(self, began: float) -> None:
+        """The jsonl's last line: the final report's verdict and whether it was interrupted (once)."""
+        with self._write_lock:
+            if self.lines is None or self.report is None or self._lines_finished:
+                return
+            self._lines_finished = True
+            self.lines.write({"type": "finish", "verdict": self.report["verdict"],
+                              "interrupted": bool(self.report["run"]["interrupted"]),
+                              "report_write_s": round(time.monotonic() - began, 4)})
+            self.lines.close()
 
     def _write_reports(self) -> None:
         with self._write_lock:
@@ -191,7 +207,6 @@ class ReportCollector:
     def _build_and_write(self) -> None:
         """Build the report; write JSON then HTML. A write that fails (a full disk, a removed directory)
         is recorded in ``write_error`` and said in one line; the verdict is kept in memory for the CLI."""
-        began = time.monotonic()
         node: dict[str, Any] = {**node_facts(), **_node_model_facts(self.config, wait=not self.record.interrupted)}
         node.update(gathered_facts(self.config))
         report = build_report(
@@ -213,11 +228,6 @@ class ReportCollector:
             self.write_error = f"could not write the reports in {self.report_dir}: {exc.strerror or exc}"
             LAST_RUN["write_error"] = self.write_error
             print(f"preflight: {self.write_error}", file=sys.stderr, flush=True)
-        if self.lines is not None:
-            self.lines.write({"type": "finish", "verdict": self.report["verdict"],
-                              "interrupted": self.record.interrupted,
-                              "report_write_s": round(time.monotonic() - began, 4)})
-            self.lines.close()
 
     # -- terminal --------------------------------------------------------------------------
 
