@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
+import shutil
 import pkgutil
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
@@ -61,6 +63,16 @@ def positive_float(text: str) -> float:
     if not value > 0 or value == float("inf"):
         raise ValueError(f"expected a finite number > 0, got {text!r}")
     return value
+
+
+def python_interpreter(text: str) -> str:
+    """An executable file (the job's interpreter); its absolute path."""
+    path = shutil.which(text) if os.sep not in text else text
+    if not path or not os.path.isfile(path):
+        raise ValueError(f"no such interpreter: {text!r}")
+    if not os.access(path, os.X_OK):
+        raise ValueError(f"not executable: {text!r}")
+    return os.path.abspath(path)
 
 
 class UsageParser(argparse.ArgumentParser):

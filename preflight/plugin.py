@@ -84,8 +84,9 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 
 @pytest.hookimpl(trylast=True)
 def pytest_preflight_transports(config: pytest.Config) -> Transports:
-    """The real transports (a test-only plugin's implementation runs first and wins)."""
-    return Transports()
+    """The real transports (a test-only plugin's implementation runs first and wins), with the job's
+    interpreter from ``--python``."""
+    return Transports(python=config.stash[SETTINGS_KEY].python)
 
 
 def pytest_configure(config: pytest.Config) -> None:

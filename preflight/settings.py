@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import sys
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from preflight.options import Option, positive_float, positive_int
+from preflight.options import Option, positive_float, positive_int, python_interpreter
 
 PROFILES = ("quick", "full")
 
@@ -27,6 +28,9 @@ CORE_OPTIONS: list[Option] = [
            "may run before it is called hung, in seconds (default 120; the whole run stays within --timeout)",
            type=positive_float, default=120.0, metavar="SECONDS"),
     Option(name="strict", help="warnings make the exit code 1", flag=True, default=False),
+    Option(name="python", help="the job's Python interpreter (default: the one preflight runs in): torch, DeepSpeed "
+           "and numpy are judged there and every torchrun launch runs it, so preflight may live in a venv of its "
+           "own", type=python_interpreter, metavar="PATH"),
 ]
 
 
@@ -41,6 +45,7 @@ class Settings:
     timeout_s: float
     launch_timeout_s: float
     strict: bool
+    python: str
     started: float = field(default_factory=time.monotonic)
     options: Mapping[str, Any] = field(default_factory=dict)
 
@@ -55,6 +60,7 @@ class Settings:
             timeout_s=float(values.get("timeout") or 300.0),
             launch_timeout_s=float(values.get("launch_timeout") or 120.0),
             strict=bool(values.get("strict")),
+            python=str(values.get("python") or sys.executable),
             started=started if started is not None else time.monotonic(),
             options=dict(values),
         )

@@ -60,9 +60,15 @@ def test_binary_files_and_links_are_left_alone(tmp_path: Path) -> None:
     outside.write_text(f"token {planted.GITHUB_TOKEN}")
     outside.chmod(0o644)
     (run / "link.txt").symlink_to(outside)
+    package = tmp_path / "package"  # the launcher stages preflight's workers as a link to the package
+    package.mkdir()
+    (package / "source.py").write_text(f'TOKEN = "{planted.GITHUB_TOKEN}"\n')
+    (run / ".import").mkdir()
+    (run / ".import" / "preflight").symlink_to(package, target_is_directory=True)
     redact_files(run)
     assert shard.read_bytes() == b"\0\x01" + planted.GITHUB_TOKEN.encode()
     assert outside.read_text() == f"token {planted.GITHUB_TOKEN}" and _mode(outside) == 0o644
+    assert (package / "source.py").read_text() == f'TOKEN = "{planted.GITHUB_TOKEN}"\n'
     assert _mode(shard.parent) == 0o700
 
 

@@ -42,6 +42,7 @@ from preflight.launch.outcome import (
     root_cause_rank,
 )
 from preflight.launch.plan import LaunchPlan
+from preflight.locations import PACKAGE_DIR
 from preflight.report.redact import redact_files
 from preflight.workers.common import (
     BACKEND_ENV,
@@ -191,12 +192,27 @@ def start(plan: LaunchPlan, *, run_dir: Path, deadline_s: float, cut_reason: str
     longest = max([plan.startup_budget_s, *(p.budget_s for p in plan.phases)])
     env = _environment(plan.env, run_dir, deadline_s, backend=plan.backend,
                        pg_timeout_s=pg_timeout_s if pg_timeout_s is not None else longest + 30.0)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stage_workers(run_dir)), env.get("PYTHONPATH")]))
     started = time.monotonic()
     with open(run_dir / "torchrun.log", "wb") as sink:
+        # cwd is the launch's own directory: ``-m`` puts the working directory first on the ranks'
+        # sys.path, and a stray ./numpy where preflight was started must not shadow the real one
         proc = subprocess.Popen(torchrun_argv(plan.nproc, plan_path, python), stdout=sink, stderr=subprocess.STDOUT,
-                                stdin=subprocess.DEVNULL, env=env, start_new_session=True,
+                                stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=run_dir,
                                 preexec_fn=die_with_parent)  # noqa: PLW1509 - only prctl runs before exec
     return RunningLaunch(plan, run_dir, proc, started, started + deadline_s, cut_reason)
+
+
+def stage_workers(run_dir: Path) -> Path:
+    """A directory holding only ``preflight`` (a link to this package), put first on the ranks' path:
+    the job's interpreter (``--python``) may not have preflight installed, or another version of it.
+    The ranks import ``preflight.workers`` from it, which needs nothing but the standard library and torch."""
+    stage = run_dir / ".import"
+    stage.mkdir(parents=True, exist_ok=True)
+    link = stage / "preflight"
+    if not link.exists():
+        link.symlink_to(PACKAGE_DIR, target_is_directory=True)
+    return stage
 
 
 def launch(plan: LaunchPlan, *, run_dir: Path, deadline_s: float, cut_reason: str = "",
