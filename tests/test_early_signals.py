@@ -81,7 +81,7 @@ def test_early_signal_leaves_an_interrupted_report(tmp_path: Path, point: str, h
             os.killpg(proc.pid, signal.SIGKILL)
             proc.communicate()
     assert proc.returncode == 1, f"exit {proc.returncode}\n{stdout[-2000:]}\n{stderr[-2000:]}"
-    assert "Traceback" not in stdout + stderr and "INTERNALERROR" not in stdout + stderr
+    assert "Traceback" not in stdout + stderr and "INTERNALERROR" not in stdout + stderr, stderr[-3000:]
     report = json.loads((out / "preflight.json").read_text())
     validate_report(report)
     assert report["run"]["interrupted"] is True, report["run"]

@@ -59,6 +59,8 @@ class ReportCollector:
         self._finished = threading.Event()
         self._lines_finished = False
         self._old_sigterm: Any = None
+        self._held: list[int] = []
+        self._held_previous: dict[int, Any] = {}
         self.directory: ReportDirectory | None = None
         self.write_error: str | None = None
 
@@ -69,12 +71,10 @@ class ReportCollector:
         there, and start the line log; a usage error when any of it is impossible.
 
         Call it once the collector is registered (its ``pytest_unconfigure`` writes the report of a run
-        interrupted before its session started). Ctrl-C and SIGTERM are held until the directory is owned,
-        cleared and the line log open, then delivered: an interruption never finds half an opening."""
-        main = threading.current_thread() is threading.main_thread()
-        held: list[int] = []
-        previous = {s: signal.signal(s, lambda signum, frame: held.append(signum))
-                    for s in (signal.SIGINT, signal.SIGTERM)} if main else {}
+        interrupted before its session started). From here until the session starts, Ctrl-C and SIGTERM
+        are held, then delivered: an interruption never finds half an opening, nor a plugin half
+        configured (pytest's own JUnit plugin cannot unconfigure then)."""
+        self._hold_signals()
         try:
             directory = ReportDirectory(self.report_dir)
             directory.acquire()
@@ -82,16 +82,32 @@ class ReportCollector:
             directory.clear_previous(self._own_outputs())
             self.lines = LineLog(self.report_dir / LINES_NAME)
         except DirectoryInUse as exc:
+            self._release_signals(deliver=False)
             raise pytest.UsageError(str(exc)) from None
         except OSError as exc:
+            self._release_signals(deliver=False)
             raise pytest.UsageError(f"cannot write reports to {self.report_dir}: {exc.strerror or exc}") from None
-        finally:
-            if main:
-                # from here on a SIGTERM still ends in a report marked interrupted
-                signal.signal(signal.SIGINT, previous[signal.SIGINT])
-                self._old_sigterm = previous[signal.SIGTERM]
-                signal.signal(signal.SIGTERM, self._on_sigterm)
-        for signum in dict.fromkeys(held):
+
+    def _hold_signals(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._held_previous = {s: signal.signal(s, lambda signum, frame: self._held.append(signum))
+                                   for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _release_signals(self, *, deliver: bool) -> None:
+        """Stop holding: from here on a SIGTERM ends in a report marked interrupted. Held signals are
+        delivered (``deliver``) or, at the end of a run that never started, recorded as its interruption."""
+        if not self._held_previous:
+            return
+        previous, self._held_previous = self._held_previous, {}
+        signal.signal(signal.SIGINT, previous[signal.SIGINT])
+        self._old_sigterm = previous[signal.SIGTERM]
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        held, self._held = list(dict.fromkeys(self._held)), []
+        if held and not deliver:
+            self.record.interrupted = True
+            self.record.interruption = self.record.interruption or (
+                "terminated by SIGTERM" if held[0] == signal.SIGTERM else "interrupted by the user (Ctrl-C)")
+        for signum in held if deliver else ():
             signal.raise_signal(signum)
 
     def _own_outputs(self) -> list[Path]:
@@ -104,6 +120,7 @@ class ReportCollector:
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.record.startup_s = _seconds_since_process_start()
         threading.Thread(target=self._watchdog, name="preflight-watchdog", daemon=True).start()
+        self._release_signals(deliver=True)  # every plugin is configured: a signal held since open() lands now
 
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection and preflight's own ordering
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -133,6 +150,7 @@ class ReportCollector:
         """The run is over (JUnit and the Prometheus textfile written): let the next run in. An
         interruption before the session had started (pytest then skips ``sessionfinish``) still
         leaves a report, marked interrupted."""
+        self._release_signals(deliver=False)
         if self.report is None and self.directory is not None:
             self.record.interrupted = True
             self.record.interruption = self.record.interruption or "interrupted before the checks started"
