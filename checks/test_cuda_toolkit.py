@@ -13,9 +13,9 @@ from preflight.judge.toolkit import (
     judge_jit_build,
     judge_toolkit,
 )
-from preflight.outcome import Verdict, skip
+from preflight.outcome import skip
 from preflight.probe.cuda_node import CudaNode
-from preflight.probe.gpus import GpuInfo
+from preflight.probe.nvml_snapshot import GpuInfo
 from preflight.probe.jit_build import run_jit_build
 from preflight.probe.toolkit import ToolkitFacts
 from preflight.recording import Recorder
@@ -34,13 +34,8 @@ def test_driver_supports_torch_cuda(record: Recorder, toolkit_facts: ToolkitFact
 
 
 @pytest.mark.gpu
-def test_gpu_arch_in_torch(
-    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, gpu: GpuInfo | None, gpu_skip: Verdict | None
-) -> None:
+def test_gpu_arch_in_torch(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, gpu: GpuInfo) -> None:
     """torch carries kernels for the GPU's compute capability"""
-    if gpu is None or gpu_skip is not None:  # gpu_skip is set exactly when gpu is None (the nogpu case)
-        record(gpu_skip or skip("no NVIDIA GPU visible"))
-        return
     capability = next((g for g in cuda_node.gpus or () if g.index == gpu.index), None)
     if capability is None:
         record(skip(f"GPU{gpu.index}: NVML reports no compute capability ({gpu.compute_capability})"))

@@ -10,14 +10,14 @@ from preflight.judge.p2p import judge_p2p, judge_p2p_launch
 from preflight.judge.topology import judge_affinity, judge_cross_check, judge_layout, judge_nvlink_counts
 from preflight.launch.outcome import PhaseResult
 from preflight.outcome import Status, Verdict, error, skip
-from preflight.probe.gpus import Inventory
 from preflight.probe.host_pcie import PcieFacts
-from preflight.probe.topology import NvmlTopology, SmiTopology
+from preflight.probe.nvml_snapshot import NvmlSnapshot
+from preflight.probe.topology import SmiTopology
 from preflight.recording import Recorder
 from preflight.settings import Settings
 
 
-def _no_matrix(smi: SmiTopology, inventory: Inventory) -> Verdict:
+def _no_matrix(smi: SmiTopology, inventory: NvmlSnapshot) -> Verdict:
     """SKIP on a node without GPUs or without nvidia-smi; ERROR when the GPUs' matrix cannot be read."""
     reason = no_gpu_reason(inventory)
     if reason is not None:
@@ -29,7 +29,7 @@ def _no_matrix(smi: SmiTopology, inventory: Inventory) -> Verdict:
                  evidence=evidence)
 
 
-def test_gpu_interconnect(record: Recorder, smi_topology: SmiTopology, gpu_inventory: Inventory) -> None:
+def test_gpu_interconnect(record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot) -> None:
     """How the GPUs are linked (NVSwitch, NVLink pairs, PCIe) and what that means for FSDP/ZeRO-3"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
@@ -38,33 +38,25 @@ def test_gpu_interconnect(record: Recorder, smi_topology: SmiTopology, gpu_inven
 
 
 def test_nvlinks_all_active(
-    record: Recorder, nvml_topology: NvmlTopology, gpu_inventory: Inventory, settings: Settings
+    record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot, settings: Settings
 ) -> None:
     """Every GPU has as many active NVLinks as its peers"""
     reason = no_gpu_reason(gpu_inventory)
-    if reason is not None or not nvml_topology.started:
-        record(skip(reason or f"no NVIDIA GPU visible: {nvml_topology.error}"))
-    elif nvml_topology.error and len(nvml_topology.nvlinks) < nvml_topology.gpu_count:
-        record(error(f"NVML NVLink query failed: {nvml_topology.error}", code="NVLINK_QUERY_FAILED"))
-    else:
-        record(judge_nvlink_counts(nvml_topology.nvlinks, expected=settings.option("expect_nvlinks")))
+    expected = settings.option("expect_nvlinks")
+    record(skip(reason) if reason else judge_nvlink_counts(gpu_inventory.gpus, smi_topology.matrix, expected))
 
 
-def test_topology_sources_agree(
-    record: Recorder, smi_topology: SmiTopology, nvml_topology: NvmlTopology, gpu_inventory: Inventory
-) -> None:
+def test_topology_sources_agree(record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot) -> None:
     """NVML and nvidia-smi topo -m describe the same links"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
-    elif not nvml_topology.started:
-        record(skip(f"NVML not available to cross-check: {nvml_topology.error}"))
-    elif nvml_topology.error:
-        record(error(f"NVML pair query failed: {nvml_topology.error}", code="NVLINK_QUERY_FAILED"))
+    elif gpu_inventory.error is not None:
+        record(skip(f"NVML not available to cross-check: {gpu_inventory.error.cause}"))
     else:
-        record(judge_cross_check(smi_topology.matrix, nvml_topology.pairs, nvml_topology.gpu_count))
+        record(judge_cross_check(smi_topology.matrix, gpu_inventory.pairs, len(gpu_inventory.gpus)))
 
 
-def test_gpu_cpu_affinity(record: Recorder, smi_topology: SmiTopology, gpu_inventory: Inventory) -> None:
+def test_gpu_cpu_affinity(record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot) -> None:
     """Which CPUs and NUMA node each GPU sits next to"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
@@ -76,7 +68,7 @@ def test_gpu_cpu_affinity(record: Recorder, smi_topology: SmiTopology, gpu_inven
 @pytest.mark.distributed
 @pytest.mark.rehearsal("p2p")
 def test_p2p_copies(
-    record: Recorder, p2p_launch: PhaseResult | None, smi_topology: SmiTopology, nvml_topology: NvmlTopology,
+    record: Recorder, p2p_launch: PhaseResult | None, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot,
     pcie_facts: PcieFacts,
 ) -> None:
     """Peer-to-peer copies between every GPU pair arrive intact"""
@@ -86,7 +78,7 @@ def test_p2p_copies(
     verdict = judge_p2p_launch(p2p_launch)
     if verdict is None:
         result = (p2p_launch.ranks[0].result or {}).get("result", {})
-        by_bus = {bus: f"GPU{index}" for index, bus in enumerate(nvml_topology.bus_ids)}
+        by_bus = {g.pci_bus_id: f"GPU{g.index}" for g in gpu_inventory.gpus if isinstance(g.pci_bus_id, str)}
         devices = [d for d in result.get("devices", []) if d.get("pci_bus_id") in by_bus]
         names = {d["index"]: by_bus[d["pci_bus_id"]] for d in devices}
         verdict = judge_p2p(result, names=names, matrix=smi_topology.matrix)

@@ -15,6 +15,7 @@ import pytest
 
 if TYPE_CHECKING:
     from preflight.launch.plan import Phase
+    from preflight.launch.rehearsal import Rehearsal
     from preflight.node.transports import Transports
 
 hookspec = pluggy.HookspecMarker("pytest")
@@ -37,3 +38,9 @@ def pytest_preflight_phase(config: pytest.Config, phase: Phase) -> Phase | None:
 def pytest_preflight_transports(config: pytest.Config) -> Transports | None:
     """Return the transports of this run (tests: fakes); preflight's own implementation returns the real ones."""
     return None
+
+
+@hookspec
+def pytest_preflight_rehearsal(config: pytest.Config, rehearsal: Rehearsal) -> None:
+    """The rehearsal was built and is about to start: an area may add what runs alongside a phase
+    (``rehearsal.alongside("allreduce", sampler)``)."""

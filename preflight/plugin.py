@@ -8,6 +8,7 @@ are collected or a report directory is given on the command line.
 
 from __future__ import annotations
 
+import os
 import pkgutil
 import time
 from collections.abc import Generator
@@ -86,7 +87,7 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_preflight_transports(config: pytest.Config) -> Transports:
     """The real transports (a test-only plugin's implementation runs first and wins), with the job's
     interpreter from ``--python``."""
-    return Transports(python=config.stash[SETTINGS_KEY].python)
+    return Transports(python=config.stash[SETTINGS_KEY].python, environ=dict(os.environ))
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -123,10 +124,10 @@ def node_for(config: pytest.Config) -> Node:
     """The run's one node model, built on first use from the run's transports."""
     node = config.stash.get(NODE_KEY, None)
     if node is None:
-        from preflight.fixtures.gpus import gpu_state
+        from preflight.fixtures.gpus import nvml_deadline_s
 
         transports = config.hook.pytest_preflight_transports(config=config)
-        node = Node(transports, nproc=config.stash[SETTINGS_KEY].nproc, visible=lambda: gpu_state(config).visible)
+        node = Node(transports, nproc=config.stash[SETTINGS_KEY].nproc, nvml_timeout_s=lambda: nvml_deadline_s(config))
         config.stash[NODE_KEY] = node
     return node
 

@@ -172,7 +172,7 @@ CASES: tuple[BadInput, ...] = (
     BadInput("top-level-array", JSON, _write("r.json", "[1, 2, 3]"), "no tool.name 'preflight'"),
     BadInput("top-level-string", JSON, _write("r.json", '"READY"'), "no tool.name 'preflight'"),
     BadInput("tool-a-string", JSON, _field("tool", "preflight"), "no tool.name 'preflight'"),
-    BadInput("schema-version-2", JSON, _field("schema_version", "2.0"), "schema version '2.0'"),
+    BadInput("schema-version-3", JSON, _field("schema_version", "3.0"), "schema version '3.0'"),
     BadInput("schema-version-a-list", JSON, _field("schema_version", [1]), "schema version list"),
     BadInput("run-a-string", JSON, _field("run", "yesterday"), 'run is a string ("yesterday"), expected an object'),
     BadInput("run-missing", JSON, _field("run", ...), "no 'run' field"),

@@ -1,23 +1,47 @@
-"""Building real report dicts (through the report model) for the fleet tests: one node's
-checks, metrics and GPUs, without running anything."""
+"""Report dicts for the fleet tests, built by preflight's own code: the checks through the report
+model, the node block by the node model (``Node.as_dict``) over a fake machine (the real NVML child
+walking a fake NVML library, and the job's torch answered as a CUDA torch would on it). So ``merge``
+is tested on the node sections preflight writes, not on a shape of the tests' own."""
 
 from __future__ import annotations
 
+import json
+from functools import cache
 from typing import Any
 
 from preflight.outcome import Metric, Verdict, fail, passed, warn
 from preflight.report.model import CheckResult, RunRecord, build_report
 
 
+PROFILE_OF = {"NVIDIA H100 80GB HBM3": "8x-h100-sxm", "NVIDIA A100-SXM4-80GB": "8x-a100-sxm"}
+FAKE_PREFIX = "Fake "  # the fake profiles' names say they are fakes (tests/fakes/nvml_profiles.py)
+
+
+@cache
+def _node_block(gpu_name: str | None, gpus: int) -> str:
+    """The node model's sections for a node with ``gpus`` GPUs of ``gpu_name`` (or none), as JSON text."""
+    from preflight.node import Node
+    from preflight.node.transports import Transports
+    from tests.fakes.fake_torch import cuda_answer, real_answer, torch_runner
+    from tests.fakes.nvml import fake_transport
+
+    if gpu_name is None:
+        transports = Transports(nvml=fake_transport("1x-a10g", init_error="LIBRARY_NOT_FOUND"),
+                                run=torch_runner(real_answer), environ={})
+    else:
+        visible = ",".join(str(i) for i in range(gpus))
+        transports = Transports(nvml=fake_transport(PROFILE_OF[gpu_name]), run=torch_runner(cuda_answer(gpus)),
+                                environ={"CUDA_VISIBLE_DEVICES": visible})
+    return json.dumps(Node(transports, nproc=None).as_dict())
+
+
 def node_facts(host: str, gpu_name: str | None = None, gpus: int = 0) -> dict[str, Any]:
-    facts: dict[str, Any] = {"hostname": host, "os": "Debian GNU/Linux 12 (bookworm)", "kernel": "6.1.0",
-                             "cpu": "Example CPU", "cpu_count": 64, "memory_bytes": 2**40, "python": "3.11.2",
-                             "torch": {"version": "2.13.0", "cuda": "12.8", "cuda_build": True, "distributed": True,
-                                       "nccl": "2.27.3", "device_count": gpus}}
-    if gpu_name is not None:
-        facts["gpus"] = {"backend": "pynvml", "driver_version": "570.86.15", "cuda_driver_version": "12.8", "error": None,
-                         "gpus": [{"index": i, "name": gpu_name} for i in range(gpus)]}
-    return facts
+    """A node block as preflight writes it; the fake machine's GPU names without their ``Fake`` prefix."""
+    block = json.loads(_node_block(gpu_name, gpus))
+    for gpu in block["gpus"]["gpus"]:
+        gpu["name"] = str(gpu["name"]).removeprefix(FAKE_PREFIX)
+    return {"hostname": host, "os": "Debian GNU/Linux 12 (bookworm)", "kernel": "6.1.0", "architecture": "x86_64",
+            "cpu": "Example CPU", "cpu_count": 64, "memory_bytes": 2**40, "python": "3.11.2", **block}
 
 
 def make_report(host: str, checks: list[tuple[str, Verdict]], *, gpu_name: str | None = None, gpus: int = 0,

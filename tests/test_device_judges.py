@@ -22,13 +22,12 @@ from preflight.parse.visible_devices import (
     parse_visible_devices,
     resolve_visible_devices,
 )
-from preflight.probe.gpus import gather_inventory
 from preflight.probe.torch_devices import TorchDevices, read_torch_devices
-from tests.fakes.nvml import FakeNvml
+from tests.fakes.nvml import walk_fake
 
 
 def identities(profile: str, **faults: object) -> list[GpuIdentity]:
-    gpus = gather_inventory(FakeNvml.from_profile(profile, **faults)).gpus
+    gpus = walk_fake(profile, **faults).gpus
     found = [gpu.identity() for gpu in gpus]
     assert all(found)
     return [identity for identity in found if identity is not None]

@@ -60,9 +60,9 @@ def test_oneline_prints_the_status_and_exits_like_the_run(tmp_path, capsys, chec
     ("not json at all", "is not a preflight report (not JSON"),
     ('{"name": "something else"}', "is not a preflight report (no tool.name 'preflight')"),
     ("[1, 2, 3]", "is not a preflight report (no tool.name 'preflight')"),
-    ('{"tool": {"name": "preflight"}, "schema_version": "2.0"}', "has report schema version '2.0'; this preflight reads 1.0"),
+    ('{"tool": {"name": "preflight"}, "schema_version": "3.0"}', "has report schema version '3.0'; this preflight reads 2.0"),
     ('{"tool": {"name": "preflight"}}', "has report schema version None"),
-    ('{"tool": {"name": "preflight"}, "schema_version": "1.0", "verdict": "READY"}', "is not a complete preflight report"),
+    ('{"tool": {"name": "preflight"}, "schema_version": "2.0", "verdict": "READY"}', "is not a complete preflight report"),
 ])
 def test_anything_but_a_supported_report_is_refused_in_one_line(tmp_path, capsys, content, message):
     path = save(tmp_path, "bad", content)

@@ -25,9 +25,9 @@ from preflight.judge.gpus import (
     no_gpu_reason,
 )
 from preflight.outcome import Status, Verdict
-from preflight.probe.gpus import MIB, GpuInfo, Inventory, gather_inventory
+from preflight.probe.nvml_snapshot import MIB, GpuInfo, NvmlSnapshot
 from preflight.probe.nvml import NOT_SUPPORTED, GpuProcess
-from tests.fakes.nvml import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, FakeNvml
+from tests.fakes.nvml import HW_THERMAL_SLOWDOWN, SW_POWER_CAP, walk_fake
 from tests.fakes.nvml_profiles import HEALTHY_PROFILES
 
 PER_GPU: list[Callable[[GpuInfo], Verdict]] = [
@@ -43,8 +43,8 @@ PER_GPU: list[Callable[[GpuInfo], Verdict]] = [
 QUIET = {Status.PASS, Status.SKIP}
 
 
-def inventory(profile: str, **faults: Any) -> Inventory:
-    return gather_inventory(FakeNvml.from_profile(profile, **faults))
+def inventory(profile: str, **faults: Any) -> NvmlSnapshot:
+    return walk_fake(profile, **faults)
 
 
 @pytest.mark.parametrize("profile", HEALTHY_PROFILES)
@@ -129,8 +129,9 @@ def test_idle_pcie_downshift_is_never_judged() -> None:
 
 
 def test_pcie_link_below_max_under_load_warns() -> None:
-    gpus = gather_inventory(FakeNvml.from_profile("8x-l40s", under_load=True, pcie_current={2: (4, 8)})).gpus
-    verdicts = [judge_pcie_link(gpu, under_load=gpu.pcie_current) for gpu in gpus]  # type: ignore[arg-type]
+    gpus = walk_fake("8x-l40s", under_load=True, pcie_current={2: (4, 8)}).gpus
+    verdicts = [judge_pcie_link(gpu, under_load=gpu.pcie_current if isinstance(gpu.pcie_current, tuple) else None)
+                for gpu in gpus]
     assert [v.code for v in verdicts] == [None, None, "GPU_PCIE_LINK_DEGRADED"] + [None] * 5
     assert "Gen4 x8" in verdicts[2].summary and "GPU 2" in verdicts[2].summary
 
@@ -255,3 +256,67 @@ def test_processes_not_reported_fall_back_on_memory() -> None:
 def test_process_with_unknown_memory_is_still_listed() -> None:
     gpu = dataclasses.replace(inventory("1x-a10g").gpus[0], processes=(GpuProcess(99, None),), memory_used=100 * MIB)
     assert "pid 99 (? MiB)" in judge_gpu_busy(gpu).summary
+
+
+# -- the real idle memory use of a GPU: the driver's reserve is nobody's process -----------------------
+
+
+def smi_q_fb_memory(text: str) -> tuple[int, int | None, int]:
+    """(total, reserved or None, used) in MiB from the "FB Memory Usage" block of ``nvidia-smi -q``."""
+    block = re.search(r"FB Memory Usage\n((?:\s{8,}.*\n)+)", text)
+    assert block, "capture lacks an FB Memory Usage block"
+    values = dict(re.findall(r"^\s+(\w+)\s+:\s+(\d+) MiB", block.group(1), flags=re.M))
+    reserved = values.get("Reserved")
+    return int(values["Total"]), None if reserved is None else int(reserved), int(values["Used"])
+
+
+def test_idle_memory_of_the_smi_q_captures_is_not_another_process(shared_fixtures: Path) -> None:
+    """H800 (525): Reserved 516, Used 0; RTX A6000 (550): Reserved 450, Used 1; V100 (418, before the
+    reserved query): Used 10. None is a busy GPU."""
+    captures = sorted((shared_fixtures / "smi_q").glob("*.txt"))
+    assert captures
+    template = inventory("1x-a10g").gpus[0]
+    seen_reserved = []
+    for capture in captures:
+        total, reserved, used = smi_q_fb_memory(capture.read_text())
+        gpu = dataclasses.replace(template, memory_total=total * MIB, memory_used=used * MIB, processes=(),
+                                  memory_reserved=NOT_SUPPORTED if reserved is None else reserved * MIB)
+        verdict = judge_gpu_busy(gpu)
+        assert verdict.status is Status.PASS, f"{capture.name}: {verdict.summary}"
+        if reserved is not None:
+            seen_reserved.append(reserved / total)
+            assert f"{reserved:,} MiB reserved by the driver" in verdict.summary
+    assert seen_reserved and max(seen_reserved) < 0.02  # DRIVER_RESERVE_BOUND covers what real GPUs keep
+
+
+@pytest.mark.parametrize("profile", HEALTHY_PROFILES)
+def test_idle_gpus_are_not_busy_though_used_is_not_zero(profile: str) -> None:
+    for gpu in inventory(profile).gpus:
+        assert isinstance(gpu.memory_used, int)
+        assert gpu.memory_used > 0 or (isinstance(gpu.memory_reserved, int) and gpu.memory_reserved > 0)
+        verdict = judge_gpu_busy(gpu)
+        assert verdict.status is Status.PASS, verdict.summary
+        assert "no other process" in verdict.summary
+
+
+def test_an_old_driver_counts_the_reserve_in_used_and_says_so() -> None:
+    """Driver 470: no nvmlDeviceGetMemoryInfo_v2, so v1 "used" = reserve + allocated (nvml.h)."""
+    gpu = inventory("8x-a100-sxm-driver470").gpus[0]
+    assert gpu.memory_reserved is NOT_SUPPORTED and gpu.memory_used == 905 * MIB
+    verdict = judge_gpu_busy(gpu)
+    assert verdict.status is Status.PASS and "reserve included (driver before 510)" in verdict.summary
+
+
+def test_an_old_driver_still_sees_memory_others_hold() -> None:
+    gpu = inventory("8x-a100-sxm-driver470", memory_used_mib={0: 20000}).gpus[0]
+    verdict = judge_gpu_busy(gpu)
+    assert (verdict.status, verdict.code) == (Status.FAIL, "GPU_MEMORY_IN_USE_UNSEEN")
+    small = judge_gpu_busy(inventory("8x-a100-sxm-driver470", processes={0: ((4242, 600),)}).gpus[0])
+    assert (small.status, small.code) == (Status.WARN, "GPU_IN_USE") and "pid 4242 (600 MiB)" in small.summary
+
+
+def test_a_pod_that_sees_74_gb_held_and_no_process_fails() -> None:
+    """smi/1xH100-k8s-pod-...: 74199 of 81559 MiB used, "No running processes found"."""
+    verdict = judge_gpu_busy(inventory("1x-h100-pod-memory-held").gpus[0])
+    assert (verdict.status, verdict.code) == (Status.FAIL, "GPU_MEMORY_IN_USE_UNSEEN")
+    assert "74,199 of 81,559 MiB in use, 516 MiB reserved by the driver" in verdict.summary

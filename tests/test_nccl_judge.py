@@ -282,9 +282,9 @@ def test_classify_interconnect(name: str, gpus: int, nvlink: bool | None, gen: i
      ("8x-l40s", 8, False, 4, 15.0), ("8x-v100-sxm2", 8, False, 3, None)],
 )
 def test_expected_figure_from_fake_machines(profile: str, gpus: int, nvlink: bool, gen: int, figure: float | None) -> None:
-    from tests.fakes.nvml import FakeNvml
+    from tests.fakes.nvml import walk_fake
 
-    links = gpu_links(FakeNvml.from_profile(profile), list(range(gpus)))
+    links = gpu_links(walk_fake(profile), list(range(gpus)))
     assert (links.nvlink_all_pairs, links.pcie_gen) == (nvlink, gen)
     interconnect = classify_interconnect(links.names[0], gpus, links.nvlink_all_pairs, links.pcie_gen)
     expectation = expected_busbw(links.names[0], gpus, interconnect)
@@ -292,9 +292,9 @@ def test_expected_figure_from_fake_machines(profile: str, gpus: int, nvlink: boo
 
 
 def test_bridged_pair_of_a_pcie_machine() -> None:
-    from tests.fakes.nvml import FakeNvml
+    from tests.fakes.nvml import walk_fake
 
-    links = gpu_links(FakeNvml.from_profile("4x-a100-pcie-bridged"), [0, 1])
+    links = gpu_links(walk_fake("4x-a100-pcie-bridged"), [0, 1])
     assert links.nvlink_all_pairs is True
     assert classify_interconnect(links.names[0], 2, True, links.pcie_gen) is Interconnect.NVLINK_BRIDGE
 

@@ -1,16 +1,19 @@
-"""The NVML backend and inventory gathering, through the fake machines and the real library."""
+"""The NVML walk through the real nvidia-ml-py binding over the fake NVML C library, in-process.
+
+These tests are the proof that the fake behaves like the library pynvml expects: pynvml's own
+wrappers, structs, buffer protocols and error classes run over it. (The child process, the deadline
+and the transport are in tests/test_nvml_child.py.)
+"""
 
 from __future__ import annotations
 
 import ctypes
 import json
-import threading
 from itertools import combinations
 
 import pynvml
 import pytest
 
-from preflight.probe.gpus import decode_clock_event_reasons, gather_inventory, gather_inventory_within
 from preflight.probe.nvml import (
     NO_PERMISSION,
     NOT_SUPPORTED,
@@ -18,47 +21,56 @@ from preflight.probe.nvml import (
     P2P_CAPS_READ,
     QUERY_FAILED,
     GpuProcess,
-    NvmlBackend,
-    NvmlQueryError,
-    NvmlUnavailableError,
     PynvmlBackend,
-    read_nvlinks,
 )
-from tests.fakes.nvml import INIT_ERRORS, FakeLibrary, FakeNvml, Faults, profile_names
+from preflight.probe.nvml_snapshot import MIB, GpuInfo, NvLinkInfo, NvmlSnapshot, decode_clock_event_reasons
+from preflight.probe.nvml_walk import walk
+from tests.fakes.nvml import INIT_ERRORS, installed, profile_names, walk_fake
 from tests.fakes.nvml_profiles import PROFILES
 
 P2P_OK = pynvml.NVML_P2P_STATUS_OK
 
 
-def test_fake_and_real_backends_satisfy_the_protocol() -> None:
-    assert isinstance(FakeNvml.from_profile("1x-a10g"), NvmlBackend)
-    assert isinstance(PynvmlBackend(), NvmlBackend)
+def links(gpu: GpuInfo) -> tuple[NvLinkInfo, ...]:
+    assert isinstance(gpu.nvlinks, tuple), gpu.nvlinks
+    return gpu.nvlinks
+
+
+def mig_devices(gpu: GpuInfo) -> tuple[str, ...]:
+    assert isinstance(gpu.mig_devices, tuple), gpu.mig_devices
+    return gpu.mig_devices
 
 
 def test_unknown_profile_is_a_clear_error() -> None:
     with pytest.raises(ValueError, match="unknown fake profile 'dgx-z'"):
-        FakeNvml.from_profile("dgx-z")
+        walk_fake("dgx-z")
+
+
+def test_a_hanging_profile_is_refused_in_process() -> None:
+    with pytest.raises(ValueError, match="through the NVML child"):
+        walk_fake("2x-h100-nvl-hung")
 
 
 @pytest.mark.parametrize("profile", profile_names())
-def test_every_profile_gathers_and_serialises(profile: str) -> None:
-    inventory = gather_inventory(FakeNvml.from_profile(profile))
+def test_every_profile_walks_and_crosses_json(profile: str) -> None:
+    snapshot = walk_fake(profile)
     spec = PROFILES[profile]
-    assert inventory.error is None
-    assert [gpu.pci_bus_id for gpu in inventory.gpus] == list(spec.bus_ids)
-    assert all(str(gpu.name).startswith("Fake ") for gpu in inventory.gpus)
-    assert all(gpu.query_errors == {} for gpu in inventory.gpus)
-    assert len({gpu.uuid for gpu in inventory.gpus}) == len(spec.gpus)
-    document = json.loads(json.dumps(inventory.as_dict()))
-    assert document["backend"] == f"fake:{profile}"
-    assert document["gpus"][0]["memory_total_mib"] == spec.gpus[0].memory_mib
+    assert snapshot.error is None and snapshot.label == f"fake:{profile}"
+    assert [gpu.pci_bus_id for gpu in snapshot.gpus] == list(spec.bus_ids)
+    assert all(str(gpu.name).startswith("Fake ") for gpu in snapshot.gpus)
+    assert all(gpu.query_errors == {} for gpu in snapshot.gpus)
+    assert all(pair.query_errors == {} for pair in snapshot.pairs)
+    assert len({gpu.uuid for gpu in snapshot.gpus}) == len(spec.gpus)
+    assert len(snapshot.pairs) == len(spec.gpus) * (len(spec.gpus) - 1) // 2
+    assert NvmlSnapshot.from_json(json.loads(json.dumps(snapshot.to_json()))) == snapshot
+    assert snapshot.as_dict()["backend"] == f"fake:{profile}"
 
 
 def test_driver_and_cuda_versions() -> None:
-    inventory = gather_inventory(FakeNvml.from_profile("8x-h100-sxm"))
-    assert inventory.driver_version == "550.54.15"
-    assert inventory.cuda_driver_version == 12040
-    assert inventory.cuda_driver_version_text == "12.4"
+    snapshot = walk_fake("8x-h100-sxm")
+    assert snapshot.driver_version == "550.54.15"
+    assert snapshot.cuda_driver_version == 12040
+    assert snapshot.cuda_driver_version_text == "12.4"
 
 
 # -- initialisation ------------------------------------------------------------------------------
@@ -74,165 +86,71 @@ INIT_CODES = {
 
 @pytest.mark.parametrize("name", INIT_ERRORS)
 def test_init_errors_name_the_likely_cause(name: str) -> None:
-    backend = FakeNvml.from_profile("8x-h100-sxm", init_error=name)
+    snapshot = walk_fake("8x-h100-sxm", init_error=name)
     code, cause = INIT_CODES[name]
-    with pytest.raises(NvmlUnavailableError) as raised:
-        backend.device_count()
-    assert raised.value.code == code
-    assert cause in raised.value.cause
-    assert raised.value.remediation
-    inventory = gather_inventory(backend)
-    assert inventory.gpus == () and inventory.error is not None and inventory.error.code == code
+    assert snapshot.gpus == () and snapshot.error is not None
+    assert snapshot.error.code == code and cause in snapshot.error.cause and snapshot.error.remediation
 
 
-def test_init_is_tried_once_even_when_it_fails() -> None:
-    backend = FakeNvml.from_profile("1x-a10g", init_error="DRIVER_NOT_LOADED")
-    for _ in range(3):
-        with pytest.raises(NvmlUnavailableError):
-            backend.name(0)
-    assert backend.library.init_calls == 1
+def test_library_not_found_takes_pynvmls_own_loader_path() -> None:
+    """The factory raises OSError like CDLL; pynvml's _LoadNvmlLibrary maps it (no preflight code between)."""
+    with installed("1x-a10g", init_error="LIBRARY_NOT_FOUND"), pytest.raises(pynvml.NVMLError_LibraryNotFound):
+        pynvml.nvmlInit()
 
 
-def test_init_is_lazy_and_happens_once_across_threads() -> None:
-    backend = FakeNvml.from_profile("8x-a100-sxm")
-    assert backend.library.init_calls == 0
-    counts: list[int] = []
-    threads = [threading.Thread(target=lambda: counts.append(backend.device_count())) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert counts == [8] * 16
-    assert backend.library.init_calls == 1
+def test_the_walk_initialises_once_and_shuts_down() -> None:
+    with installed("8x-a100-sxm") as library:
+        assert library is not None
+        walk(PynvmlBackend(), "fake")
+    assert library.init_calls == 1 and library.init_count == 0
+    assert library.calls["nvmlShutdown"] == 1
 
 
-def test_shutdown_then_queries_start_again() -> None:
-    backend = FakeNvml.from_profile("1x-a10g")
-    assert backend.device_count() == 1
-    backend.shutdown()
-    assert backend.library.initialised is False
-    assert backend.device_count() == 1
-    assert backend.library.init_calls == 2
-
-
-class HangingLibrary(FakeLibrary):
-    """A wedged driver: nvmlInit blocks until the test lets it go."""
-
-    def __init__(self, release: threading.Event) -> None:
-        super().__init__(PROFILES["1x-a10g"], Faults())
-        self.release = release
-
-    def nvmlInit(self) -> None:
-        self.release.wait(30)
-        super().nvmlInit()
-
-
-def test_a_hung_nvml_becomes_a_timeout() -> None:
-    release = threading.Event()
-    try:
-        inventory = gather_inventory_within(PynvmlBackend(library=HangingLibrary(release)), timeout_s=0.2)
-    finally:
-        release.set()
-    assert inventory.error is not None and inventory.error.code == "NVML_TIMEOUT"
-    assert "within 0 s" in inventory.error.cause
-
-
-def test_an_answering_nvml_is_not_affected_by_the_deadline() -> None:
-    inventory = gather_inventory_within(FakeNvml.from_profile("8x-l40s"), timeout_s=30)
-    assert inventory.error is None and len(inventory.gpus) == 8
-
-
-def test_real_library_on_this_machine() -> None:
-    inventory = gather_inventory(PynvmlBackend())
-    if inventory.error is None:
-        pytest.skip("an NVIDIA driver is present here; this test covers machines without one")
-    assert inventory.error.code == "NVML_LIBRARY_NOT_FOUND"
-    assert "libnvidia-ml.so.1" in inventory.error.cause
+def test_an_nvml_call_before_init_is_uninitialized() -> None:
+    with installed("1x-a10g"), pytest.raises(pynvml.NVMLError_Uninitialized):
+        pynvml.nvmlDeviceGetCount()
 
 
 # -- "not supported" is a value, other errors are not ----------------------------------------------
 
 
 def test_not_supported_is_the_sentinel() -> None:
-    backend = FakeNvml.from_profile(
-        "1x-a10g", not_supported={"nvmlDeviceGetTemperature", "nvmlSystemGetCudaDriverVersion"}
-    )
-    assert backend.temperature(0) is NOT_SUPPORTED
-    inventory = gather_inventory(backend)
-    assert inventory.gpus[0].temperature_c is NOT_SUPPORTED
-    assert inventory.cuda_driver_version is NOT_SUPPORTED
-    assert inventory.gpus[0].query_errors == {}
-    assert inventory.as_dict()["gpus"][0]["temperature_c"] == "not supported"
+    snapshot = walk_fake("1x-a10g", not_supported={"nvmlDeviceGetTemperature", "nvmlSystemGetCudaDriverVersion"})
+    gpu = snapshot.gpus[0]
+    assert gpu.temperature_c is NOT_SUPPORTED and snapshot.cuda_driver_version is NOT_SUPPORTED
+    assert gpu.query_errors == {}
+    assert gpu.table_row()["temp_c"] == "not supported"
 
 
-class OldDriverLibrary(FakeLibrary):
-    """A driver older than 535: the clocks-event call does not exist, the throttle one does."""
-
-    def nvmlDeviceGetCurrentClocksEventReasons(self, handle: object) -> int:
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_FUNCTION_NOT_FOUND)
-
-
-class NoPermissionLibrary(FakeLibrary):
-    """A MIG GPU queried by a non-root user: the process list is refused."""
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[object]:
-        raise pynvml.NVMLError(pynvml.NVML_ERROR_NO_PERMISSION)
+def test_a_function_the_driver_does_not_export_is_not_supported() -> None:
+    """pynvml turns the AttributeError of a missing symbol into NVML_ERROR_FUNCTION_NOT_FOUND."""
+    with installed("1x-a10g", missing_functions={"nvmlDeviceGetTemperature"}) as library:
+        assert library is not None and not hasattr(library, "nvmlDeviceGetTemperature")
+        snapshot = walk(PynvmlBackend(), "fake")
+    assert snapshot.gpus[0].temperature_c is NOT_SUPPORTED and snapshot.gpus[0].query_errors == {}
 
 
 def test_no_permission_is_a_value_too() -> None:
-    backend = PynvmlBackend(library=NoPermissionLibrary(PROFILES["4x-a100-sxm-mixed-mig"], Faults()))
-    inventory = gather_inventory(backend)
-    assert inventory.gpus[0].processes is NO_PERMISSION and inventory.gpus[0].query_errors == {}
-    assert inventory.as_dict()["gpus"][0]["processes"] == "no permission"
-
-
-def test_old_driver_falls_back_to_throttle_reasons() -> None:
-    backend = PynvmlBackend(library=OldDriverLibrary(PROFILES["8x-v100-sxm2"], Faults(clock_reasons={0: 0x40})))
-    assert backend.clock_event_reasons(0) == 0x41
-
-
-class PreV3ProcessesLibrary(FakeLibrary):
-    """An old driver: the unversioned (v3) process query raises pynvml's mismatch error."""
-
-    def nvmlDeviceGetComputeRunningProcesses(self, handle: object) -> list[object]:
-        raise pynvml.NVMLLibraryMismatchError("Unversioned function called")
-
-    def nvmlDeviceGetComputeRunningProcesses_v2(self, handle: object) -> list[object]:
-        return super().nvmlDeviceGetComputeRunningProcesses(handle)
-
-
-def test_old_driver_processes_come_from_the_v2_call() -> None:
-    library = PreV3ProcessesLibrary(PROFILES["1x-a10g"], Faults(processes={0: ((31, 100),)}))
-    processes = PynvmlBackend(library=library).compute_processes(0)
-    assert processes == (GpuProcess(31, 100 * 1024 * 1024),)
-
-
-def test_function_missing_from_the_bindings_is_not_supported() -> None:
-    class Bare(FakeLibrary):
-        nvmlDeviceGetTemperature = None
-
-    assert PynvmlBackend(library=Bare(PROFILES["1x-a10g"], Faults())).temperature(0) is NOT_SUPPORTED
+    """A MIG GPU's process list refused to a non-root user."""
+    snapshot = walk_fake("4x-a100-sxm-mixed-mig", no_permission={"nvmlDeviceGetComputeRunningProcesses_v3"})
+    assert snapshot.gpus[0].processes is NO_PERMISSION and snapshot.gpus[0].query_errors == {}
+    assert snapshot.gpus[0].table_row()["processes"] == "no permission"
 
 
 def test_lost_gpu_is_a_failed_query_not_a_crash() -> None:
-    backend = FakeNvml.from_profile("8x-h100-sxm", gpu_lost={3})
-    with pytest.raises(NvmlQueryError) as raised:
-        backend.temperature(3)
-    assert raised.value.gpu_lost and raised.value.call == "nvmlDeviceGetTemperature"
-    inventory = gather_inventory(backend)
-    lost = inventory.gpus[3]
+    snapshot = walk_fake("8x-h100-sxm", gpu_lost={3})
+    lost = snapshot.gpus[3]
     assert lost.gpu_lost and lost.name is QUERY_FAILED and "GPU is lost" in lost.query_errors["name"]
-    assert not inventory.gpus[2].gpu_lost and inventory.gpus[2].query_errors == {}
+    assert lost.nvlinks is QUERY_FAILED and "GPU is lost" in lost.query_errors["nvlinks"]
+    assert not snapshot.gpus[2].gpu_lost and snapshot.gpus[2].query_errors == {}
+    pair = snapshot.pair(2, 3)
+    assert pair is not None and pair.nvlink_p2p is QUERY_FAILED and "GPU is lost" in pair.query_errors["nvlink_p2p"]
 
 
 def test_gpu_that_fell_off_the_bus_is_not_listed() -> None:
-    inventory = gather_inventory(FakeNvml.from_profile("8x-h100-sxm", absent_gpus={7}))
-    assert len(inventory.gpus) == 7
-    assert inventory.gpus[-1].pci_bus_id == "00000000:BA:00.0"
-
-
-def test_bus_id_bytes_are_decoded() -> None:
-    assert FakeNvml.from_profile("1x-a10g").pci_bus_id(0) == "00000000:00:1E.0"
+    snapshot = walk_fake("8x-h100-sxm", absent_gpus={7})
+    assert len(snapshot.gpus) == 7
+    assert snapshot.gpus[-1].pci_bus_id == "00000000:BA:00.0"
 
 
 def test_clock_event_reason_names() -> None:
@@ -243,96 +161,206 @@ def test_clock_event_reason_names() -> None:
 
 
 def test_mig_devices_are_listed_on_mig_gpus_only() -> None:
-    inventory = gather_inventory(FakeNvml.from_profile("4x-a100-sxm-mixed-mig"))
-    mig = [(gpu.mig_enabled, len(gpu.mig_devices)) for gpu in inventory.gpus]
+    snapshot = walk_fake("4x-a100-sxm-mixed-mig")
+    mig = [(gpu.mig_enabled, len(mig_devices(gpu))) for gpu in snapshot.gpus]
     assert mig == [(True, 2), (True, 2), (False, 0), (False, 0)]
-    assert all(str(uuid).startswith("MIG-") for uuid in inventory.gpus[0].mig_devices)
+    assert all(uuid.startswith("MIG-") for uuid in mig_devices(snapshot.gpus[0]))
+
+
+# -- old drivers: the functions they lack ---------------------------------------------------------
+
+
+def test_old_driver_clocks_come_from_the_throttle_call() -> None:
+    with installed("8x-a100-sxm-driver470", clock_reasons={0: 0x40}) as library:
+        snapshot = walk(PynvmlBackend(), "fake")
+    assert library is not None and not hasattr(library, "nvmlDeviceGetCurrentClocksEventReasons")
+    assert snapshot.gpus[0].clock_event_reasons == 0x41
+    assert library.calls["nvmlDeviceGetCurrentClocksThrottleReasons"] == 8
+
+
+def test_old_driver_processes_come_from_the_v2_call() -> None:
+    """pynvml's unversioned call wants the _v3 symbol (absent on 470: rust-nvml/nvml-wrapper#46)."""
+    with installed("8x-a100-sxm-driver470", processes={0: ((31, 100), (32, 2000))}) as library:
+        snapshot = walk(PynvmlBackend(), "fake")
+    assert library is not None and not hasattr(library, "nvmlDeviceGetComputeRunningProcesses_v3")
+    assert snapshot.gpus[0].processes == (GpuProcess(31, 100 * MIB), GpuProcess(32, 2000 * MIB))
+    assert snapshot.gpus[1].processes == ()
+    # the buffer protocol: a size query answering INSUFFICIENT_SIZE, then the fill, for GPU 0 only
+    assert library.calls["nvmlDeviceGetComputeRunningProcesses_v2"] == 8 + 1
+
+
+def test_a_driver_before_r450_has_no_process_list() -> None:
+    snapshot = walk_fake("8x-v100-sxm2", processes={0: ((31, 100),)})
+    assert snapshot.gpus[0].processes is NOT_SUPPORTED and snapshot.gpus[0].query_errors == {}
+
+
+def test_memory_v2_reports_the_drivers_reserve_apart() -> None:
+    """smi_q/H800 (525.105.17): Reserved 516 MiB, Used 0 MiB at idle."""
+    gpu = walk_fake("8x-h100-sxm").gpus[0]
+    assert (gpu.memory_total, gpu.memory_reserved, gpu.memory_used) == (81559 * MIB, 516 * MIB, 0)
+
+
+def test_memory_before_510_counts_the_reserve_as_used() -> None:
+    gpu = walk_fake("8x-a100-sxm-driver470").gpus[0]
+    assert gpu.memory_reserved is NOT_SUPPORTED and gpu.memory_used == (904 + 1) * MIB
+    v100 = walk_fake("8x-v100-sxm2").gpus[0]
+    assert v100.memory_reserved is NOT_SUPPORTED and v100.memory_used == 10 * MIB  # smi_q V100, driver 418.67
+
+
+def test_memory_v2_with_a_wrong_struct_version_is_function_not_found() -> None:
+    """jp7677/dxvk-nvapi#198: version 2 instead of nvmlMemory_v2 answers NVML_ERROR_FUNCTION_NOT_FOUND."""
+    with installed("1x-a10g"):
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        with pytest.raises(pynvml.NVMLError_FunctionNotFound):
+            pynvml.nvmlDeviceGetMemoryInfo(handle, version=2)
+        info = pynvml.nvmlDeviceGetMemoryInfo(handle, version=pynvml.nvmlMemory_v2)
+        assert info.free == info.total - info.reserved - info.used
+        pynvml.nvmlShutdown()
+
+
+def test_a_string_buffer_too_small_is_insufficient_size() -> None:
+    with installed("1x-a10g") as library:
+        assert library is not None
+        pynvml.nvmlInit()
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        small = ctypes.create_string_buffer(4)
+        get_name = library.__dict__["nvmlDeviceGetName"]  # an exported C function (set per driver version)
+        assert get_name(handle, small, ctypes.c_uint(4)) == pynvml.NVML_ERROR_INSUFFICIENT_SIZE
+        assert pynvml.nvmlDeviceGetName(handle) == "Fake NVIDIA A10G"
+        pynvml.nvmlShutdown()
+
+
+def test_pynvmls_tuple_read_constant_is_rejected_like_ctypes_does() -> None:
+    """``NVML_P2P_CAPS_INDEX_READ = 0,`` is a tuple; a real function pointer cannot convert it."""
+    with installed("8x-a100-sxm"):
+        pynvml.nvmlInit()
+        first, second = pynvml.nvmlDeviceGetHandleByIndex(0), pynvml.nvmlDeviceGetHandleByIndex(1)
+        assert pynvml.nvmlDeviceGetP2PStatus(first, second, P2P_CAPS_READ) == P2P_OK
+        if isinstance(pynvml.NVML_P2P_CAPS_INDEX_READ, tuple):
+            with pytest.raises(ctypes.ArgumentError):
+                pynvml.nvmlDeviceGetP2PStatus(first, second, pynvml.NVML_P2P_CAPS_INDEX_READ)
+        pynvml.nvmlShutdown()
 
 
 # -- NVLink per link and P2P per pair, per profile ---------------------------------------------------
 
-LINKS = {
-    "8x-h100-sxm": 18,
-    "8x-a100-sxm": 12,
-    "4x-a100-pcie-bridged": 12,
-    "8x-l40s": 0,
-    "1x-a10g": 0,
-    "8x-v100-sxm2": 6,
+LINKS = {  # (listed, active) per GPU
+    "8x-h100-sxm": (18, 18),
+    "8x-a100-sxm": (12, 12),
+    "4x-a100-pcie-bridged": (12, 12),
+    "4x-a100-pcie-no-bridge": (12, 0),
+    "2x-h100-pcie-no-bridge": (18, 0),
+    "2x-h100-nvl-bridged": (18, 12),
+    "8x-l40s": (0, 0),
+    "1x-a10g": (0, 0),
+    "8x-v100-sxm2": (6, 6),
 }
-NVLINK_VERSION = {"8x-h100-sxm": 6, "8x-a100-sxm": 4, "4x-a100-pcie-bridged": 4, "8x-v100-sxm2": 2}
+NVLINK_VERSION = {"8x-h100-sxm": 6, "8x-a100-sxm": 4, "4x-a100-pcie-bridged": 4, "8x-v100-sxm2": 2,
+                  "2x-h100-nvl-bridged": 6}
 
 
-def nvlinked_pairs(backend: FakeNvml, count: int) -> set[tuple[int, int]]:
-    return {(a, b) for a, b in combinations(range(count), 2) if backend.p2p_status(a, b, P2P_CAPS_NVLINK) == P2P_OK}
+def nvlinked(snapshot: NvmlSnapshot) -> set[tuple[int, int]]:
+    return {(p.a, p.b) for p in snapshot.pairs if p.nvlink}
 
 
-@pytest.mark.parametrize(("profile", "links"), LINKS.items())
-def test_links_per_gpu(profile: str, links: int) -> None:
-    backend = FakeNvml.from_profile(profile)
-    for index in range(len(PROFILES[profile].gpus)):
-        found = read_nvlinks(backend, index)
-        assert len(found) == links and all(link.active for link in found)
-        assert {link.version for link in found} <= {NVLINK_VERSION.get(profile)}
+@pytest.mark.parametrize(("profile", "counts"), LINKS.items())
+def test_links_per_gpu(profile: str, counts: tuple[int, int]) -> None:
+    for gpu in walk_fake(profile).gpus:
+        assert (gpu.nvlinks_present, gpu.nvlinks_active) == counts
+        versions = {link.version for link in links(gpu) if link.active}
+        assert versions <= {NVLINK_VERSION.get(profile)}
 
 
-def test_nvswitch_machines_link_every_pair() -> None:
+def test_nvswitch_machines_link_every_pair_and_reach_switches() -> None:
     for profile in ("8x-h100-sxm", "8x-a100-sxm"):
-        assert nvlinked_pairs(FakeNvml.from_profile(profile), 8) == set(combinations(range(8), 2))
+        snapshot = walk_fake(profile)
+        assert nvlinked(snapshot) == set(combinations(range(8), 2))
+        remote = {link.remote_bus_id for link in links(snapshot.gpus[0])}
+        assert remote == set(PROFILES[profile].nvswitch_bus_ids)  # not a GPU of the node (NVIDIA/go-nvml#166)
 
 
-def test_bridged_a100_pcie_links_only_within_pairs() -> None:
-    backend = FakeNvml.from_profile("4x-a100-pcie-bridged")
-    assert nvlinked_pairs(backend, 4) == {(0, 1), (2, 3)}
-    assert backend.common_ancestor(0, 2) == pynvml.NVML_TOPOLOGY_SYSTEM
-    assert backend.p2p_status(0, 2, P2P_CAPS_READ) == pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
+def test_bridged_a100_pcie_links_only_within_pairs_and_names_the_peer() -> None:
+    snapshot = walk_fake("4x-a100-pcie-bridged")
+    assert nvlinked(snapshot) == {(0, 1), (2, 3)}
+    remote = {link.remote_bus_id for link in links(snapshot.gpus[0])}
+    assert remote == {snapshot.gpus[1].pci_bus_id}
+    across = snapshot.pair(0, 2)
+    assert across is not None and across.common_ancestor == pynvml.NVML_TOPOLOGY_SYSTEM
+    assert across.read_p2p == pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED and across.pcie_level == "SYS"
+
+
+def test_bridge_less_a100_pcie_lists_inactive_links_without_a_far_end() -> None:
+    snapshot = walk_fake("4x-a100-pcie-no-bridge")
+    listed = links(snapshot.gpus[0])
+    assert len(listed) == 12 and all(not link.active and link.remote_bus_id is None for link in listed)
+    assert nvlinked(snapshot) == set()
+    pair = snapshot.pair(0, 1)
+    assert pair is not None and pair.nvlink_p2p == pynvml.NVML_P2P_STATUS_NOT_SUPPORTED and pair.read_p2p == P2P_OK
+
+
+def test_ncv5_h100_nvl_bridge_leaves_six_links_inactive() -> None:
+    gpu = walk_fake("2x-h100-nvl-bridged").gpus[0]
+    down = [link.link for link in links(gpu) if not link.active]
+    assert down == [4, 5, 10, 11, 16, 17]
 
 
 def test_l40s_has_no_nvlink_but_pcie_p2p_within_a_socket() -> None:
-    backend = FakeNvml.from_profile("8x-l40s")
-    assert backend.nvlink_state(0, 0) is NOT_SUPPORTED
-    assert nvlinked_pairs(backend, 8) == set()
-    assert backend.common_ancestor(0, 1) == pynvml.NVML_TOPOLOGY_SINGLE
-    assert backend.p2p_status(0, 2, P2P_CAPS_READ) == P2P_OK
-    assert backend.p2p_status(0, 4, P2P_CAPS_READ) == pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
+    snapshot = walk_fake("8x-l40s")
+    assert snapshot.gpus[0].nvlinks == ()
+    assert nvlinked(snapshot) == set()
+    levels = {(p.a, p.b): p.pcie_level for p in snapshot.pairs}
+    assert levels[(0, 1)] == "PIX" and levels[(0, 2)] == "NODE" and levels[(0, 4)] == "SYS"
+    reads = {(p.a, p.b): p.read_p2p for p in snapshot.pairs}
+    assert reads[(0, 2)] == P2P_OK and reads[(0, 4)] == pynvml.NVML_P2P_STATUS_IOH_TOPOLOGY_NOT_SUPPORTED
 
 
 def test_v100_cube_mesh_wiring() -> None:
-    pairs = nvlinked_pairs(FakeNvml.from_profile("8x-v100-sxm2"), 8)
+    pairs = nvlinked(walk_fake("8x-v100-sxm2"))
     assert pairs == {(a, b) for a, b, _ in PROFILES["8x-v100-sxm2"].bonds}
     assert (0, 4) not in pairs and len(pairs) == 16
 
 
 def test_gpu_missing_its_nvlinks_on_an_nvswitch_machine() -> None:
-    backend = FakeNvml.from_profile("8x-h100-sxm", nvlinks_missing={5})
-    assert [link.active for link in read_nvlinks(backend, 5)] == [False] * 18
-    assert all(link.active for link in read_nvlinks(backend, 4))
-    pairs = nvlinked_pairs(backend, 8)
+    snapshot = walk_fake("8x-h100-sxm", nvlinks_missing={5})
+    assert snapshot.gpus[5].nvlinks_active == 0 and snapshot.gpus[5].nvlinks_present == 18
+    assert snapshot.gpus[4].nvlinks_active == 18
+    pairs = nvlinked(snapshot)
     assert not any(5 in pair for pair in pairs) and len(pairs) == 21
 
 
-def test_gpu_missing_its_nvlinks_takes_the_bridge_down_at_both_ends() -> None:
-    backend = FakeNvml.from_profile("4x-a100-pcie-bridged", nvlinks_missing={0})
-    assert not any(link.active for link in read_nvlinks(backend, 1))
-    assert nvlinked_pairs(backend, 4) == {(2, 3)}
+def test_a_bridge_link_down_is_down_at_both_ends() -> None:
+    snapshot = walk_fake("4x-a100-pcie-bridged", nvlink_down={(0, 5)})
+    assert [g.nvlinks_active for g in snapshot.gpus] == [11, 11, 12, 12]
+    whole = walk_fake("4x-a100-pcie-bridged", nvlinks_missing={0})
+    assert [g.nvlinks_active for g in whole.gpus] == [0, 0, 12, 12] and nvlinked(whole) == {(2, 3)}
 
 
 def test_single_link_down() -> None:
-    backend = FakeNvml.from_profile("8x-a100-sxm", nvlink_down={(2, 7)})
-    assert [link.link for link in read_nvlinks(backend, 2) if not link.active] == [7]
+    gpu = walk_fake("8x-a100-sxm", nvlink_down={(2, 7)}).gpus[2]
+    assert [link.link for link in links(gpu) if not link.active] == [7]
 
 
 def test_mig_gpus_have_no_p2p() -> None:
-    backend = FakeNvml.from_profile("4x-a100-sxm-mixed-mig")
-    assert backend.p2p_status(0, 2, P2P_CAPS_NVLINK) == pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
-    assert backend.p2p_status(2, 3, P2P_CAPS_NVLINK) == P2P_OK
+    snapshot = walk_fake("4x-a100-sxm-mixed-mig")
+    mig_pair, plain_pair = snapshot.pair(0, 2), snapshot.pair(2, 3)
+    assert mig_pair is not None and mig_pair.nvlink_p2p == pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+    assert plain_pair is not None and plain_pair.nvlink_p2p == P2P_OK
 
 
-def test_pynvml_read_constant_is_a_tuple_so_the_backend_uses_its_own() -> None:
-    backend = FakeNvml.from_profile("8x-a100-sxm")
-    assert backend.p2p_status(0, 1, P2P_CAPS_READ) == P2P_OK
-    if isinstance(pynvml.NVML_P2P_CAPS_INDEX_READ, tuple):
-        backend.device_count()
-        with pytest.raises(ctypes.ArgumentError):
-            backend.library.nvmlDeviceGetP2PStatus(
-                backend._handle(0), backend._handle(1), pynvml.NVML_P2P_CAPS_INDEX_READ
-            )
+def test_the_backend_asks_nvlink_p2p_with_the_nvlink_index() -> None:
+    with installed("4x-a100-pcie-bridged"):
+        backend = PynvmlBackend()
+        backend.start()
+        assert backend.p2p_status(0, 1, P2P_CAPS_NVLINK) == P2P_OK
+        assert backend.p2p_status(0, 2, P2P_CAPS_NVLINK) == pynvml.NVML_P2P_STATUS_NOT_SUPPORTED
+        backend.shutdown()
+
+
+def test_installed_puts_pynvml_back_as_it_was() -> None:
+    before = pynvml.nvmlLib, pynvml.CDLL
+    with installed("1x-a10g") as library:
+        pynvml.nvmlInit()
+        assert pynvml.nvmlLib is library
+        pynvml.nvmlShutdown()
+    assert (pynvml.nvmlLib, pynvml.CDLL) == before

@@ -15,6 +15,7 @@ CHECKS = (REPO_ROOT / "checks" / "test_topology.py").read_text()
 H100 = "8xH100-AWS-p5.48xlarge-NV18-no-NIC-columns-legend.txt"
 A100_SXM = "8xA100-SXM4-80GB-NV12-10NICs-8NUMA-DGX.txt"
 A100_PAIRS = "4xA100-80GB-PCIe-NV12-bridge-pairs-Azure-NC96ads.txt"
+L40S_4 = "4xL40S-NODE-SYS-2NICs-no-NVLink.txt"
 
 
 def _fake_smi(bin_dir: Path, capture: Path | None, exit_code: int) -> None:
@@ -132,3 +133,30 @@ def test_a_lost_gpu_makes_the_nvlink_check_an_error(pytester, monkeypatch, share
     nvlinks = checks["test_nvlinks_all_active"]
     assert nvlinks["status"] == "ERROR" and "GPU is lost" in nvlinks["summary"]
     assert checks["test_gpu_interconnect"]["status"] == "PASS"
+
+
+def test_a_bridge_less_a100_pcie_node_is_a_pcie_node_not_a_failure(pytester, monkeypatch, shared_fixtures):
+    """Issue 14 item 1: 4x A100 80GB PCIe without bridges; NVML lists 12 inactive links per GPU
+    (NVIDIA/NVSentinel#1481). The node is PCIe: the layout WARNs as any PCIe node, nothing FAILs."""
+    checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / L40S_4, profile="4x-a100-pcie-no-bridge")
+    layout = checks["test_gpu_interconnect"]
+    assert layout["status"] == "WARN" and layout["code"] == "TOPOLOGY_PCIE_ONLY"
+    nvlinks = checks["test_nvlinks_all_active"]
+    assert nvlinks["status"] == "SKIP" and "without NVLink bridges" in nvlinks["summary"], nvlinks["summary"]
+    assert checks["test_topology_sources_agree"]["status"] == "PASS"
+    assert not [name for name, c in checks.items() if not name.startswith("_") and c["status"] == "FAIL"]
+
+
+def test_a_bridge_less_node_fails_when_the_user_expects_bridges(pytester, monkeypatch, shared_fixtures):
+    checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / L40S_4, profile="4x-a100-pcie-no-bridge",
+                        extra=("--preflight-expect-nvlinks=12",))
+    nvlinks = checks["test_nvlinks_all_active"]
+    assert nvlinks["status"] == "FAIL" and nvlinks["code"] == "NVLINK_LINKS_MISSING"
+
+
+def test_a_bridged_pair_with_one_link_down_still_fails(pytester, monkeypatch, shared_fixtures):
+    checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / A100_PAIRS,
+                        profile="4x-a100-pcie-bridged", faults={"nvlink_down": [[1, 7]]})
+    nvlinks = checks["test_nvlinks_all_active"]
+    assert nvlinks["status"] == "FAIL" and nvlinks["code"] == "NVLINK_LINKS_MISSING"
+    assert nvlinks["summary"].startswith("GPU0 has 11 of 12 NVLinks active; GPU1 has 11 of 12")

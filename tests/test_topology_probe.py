@@ -1,4 +1,4 @@
-"""The topology probe: nvidia-smi through a recorded runner, NVML through the fake machines."""
+"""The topology probe: nvidia-smi through a recorded runner (NVML pairs: tests/test_nvml_probe.py)."""
 
 from __future__ import annotations
 
@@ -6,8 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from preflight.probe.command import CommandResult
-from preflight.probe.topology import SMI_ARGV, GpuNvlinks, NvmlPair, read_nvml_topology, read_smi_topology
-from tests.fakes.nvml import FakeNvml
+from preflight.probe.topology import SMI_ARGV, read_smi_topology
 
 H100 = "8xH100-AWS-p5.48xlarge-NV18-no-NIC-columns-legend.txt"
 
@@ -41,33 +40,3 @@ def test_smi_problems_are_values() -> None:
     garbled = read_smi_topology(Runner(CommandResult(SMI_ARGV, 0, "\tGPU0\tGPU1\nGPU0\t X \tNV4\n", "")))
     assert garbled.matrix is None and "GPU rows missing: GPU1" in (garbled.problem or "")
     assert garbled.raw.startswith("\tGPU0")
-
-
-def test_nvml_counts_links_and_reads_pairs() -> None:
-    facts = read_nvml_topology(FakeNvml.from_profile("8x-h100-sxm", nvlinks_missing={3}, nvlink_down={(5, 17)}))
-    assert facts.started and facts.error is None and facts.gpu_count == 8
-    assert facts.nvlinks[0] == GpuNvlinks(gpu=0, active=18, present=18, version=6)
-    assert facts.nvlinks[3] == GpuNvlinks(gpu=3, active=0, present=18, version=None)
-    assert facts.nvlinks[5].active == 17
-    assert len(facts.pairs) == 28
-    assert NvmlPair(0, 1, True, "NODE") in facts.pairs and NvmlPair(0, 4, True, "SYS") in facts.pairs
-    assert all(p.nvlink is False for p in facts.pairs if 3 in (p.a, p.b))
-    assert facts.bus_ids[1] == "00000000:2A:00.0"
-
-
-def test_nvml_bridged_pairs_and_pcie_only() -> None:
-    bridged = read_nvml_topology(FakeNvml.from_profile("4x-a100-pcie-bridged"))
-    assert {(p.a, p.b) for p in bridged.pairs if p.nvlink} == {(0, 1), (2, 3)}
-    assert all(g.active == 12 for g in bridged.nvlinks)
-    pcie = read_nvml_topology(FakeNvml.from_profile("8x-l40s"))
-    assert all(g.present == 0 and g.active == 0 for g in pcie.nvlinks)
-    levels = {(p.a, p.b): p.pcie_level for p in pcie.pairs}
-    assert levels[(0, 1)] == "PIX" and levels[(0, 2)] == "NODE" and levels[(0, 4)] == "SYS"
-
-
-def test_nvml_that_cannot_start_or_fails_midway() -> None:
-    down = read_nvml_topology(FakeNvml.from_profile("8x-h100-sxm", init_error="DRIVER_NOT_LOADED"))
-    assert not down.started and "kernel driver is not loaded" in (down.error or "")
-    lost = read_nvml_topology(FakeNvml.from_profile("8x-h100-sxm", gpu_lost={2}))
-    assert lost.started and lost.gpu_count == 8 and len(lost.nvlinks) == 2
-    assert lost.pairs == () and "GPU is lost" in (lost.error or "")

@@ -175,7 +175,7 @@ def expected_busbw(
     return Expectation(reference.busbw_gbps, reference.source, platform)
 
 
-_NVSWITCH_FAMILIES = frozenset({"H100 SXM", "H200 SXM", "A100 SXM", "B200", "B300", "GB200", "GH200"})
+NVSWITCH_FAMILIES = frozenset({"H100 SXM", "H200 SXM", "A100 SXM", "B200", "B300", "GB200", "GH200"})
 
 
 def classify_interconnect(
@@ -187,7 +187,7 @@ def classify_interconnect(
     otherwise some hop crosses PCIe and its generation decides.
     """
     if nvlink_all_pairs and gpus >= 2:
-        if gpu_family(gpu_name) in _NVSWITCH_FAMILIES:
+        if gpu_family(gpu_name) in NVSWITCH_FAMILIES:
             return Interconnect.NVSWITCH
         if gpus == 2:
             return Interconnect.NVLINK_BRIDGE

@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 
 from preflight.outcome import Status, Verdict, View, error, fail, passed, skip, warn
-from preflight.probe.gpus import MIB, THROTTLE_REASON_BITS, GpuInfo, Inventory, decode_clock_event_reasons
 from preflight.probe.nvml import Absent
+from preflight.probe.nvml_snapshot import MIB, THROTTLE_REASON_BITS, GpuInfo, NvmlSnapshot, decode_clock_event_reasons
 
 # NVML init failures that only mean "this is not a GPU machine" (SKIP unless GPUs are expected).
 NOT_A_GPU_MACHINE = ("NVML_LIBRARY_NOT_FOUND", "NVML_BINDINGS_MISSING")
@@ -19,9 +19,14 @@ NOT_A_GPU_MACHINE = ("NVML_LIBRARY_NOT_FOUND", "NVML_BINDINGS_MISSING")
 BUSY_FAIL_FRACTION = 0.10  # other processes holding >= 10% of a GPU's memory: the job will OOM or crawl
 UNSEEN_FLOOR_FRACTION = 0.05  # used memory above 5% (at least 1 GiB) with no process listed
 UNSEEN_FLOOR_BYTES = 1024 * MIB
+DRIVER_RESERVE_BOUND = 0.02
+"""What the driver keeps for itself on an idle GPU, at most: 516 of 81559 MiB on H100/H800, 450 of
+46068 on RTX A6000 (``nvidia-smi -q`` "Reserved", shared/fixtures/smi_q), about 904 of 81920 on
+A100 (rust-nvml/nvml-wrapper#57): 0.6-1.1 %. A driver before 510 has no reserved-memory query and
+counts the reserve in "used" (nvml.h, nvmlMemory_t), so that much of "used" is never another process."""
 
 
-def no_gpu_reason(inventory: Inventory) -> str | None:
+def no_gpu_reason(inventory: NvmlSnapshot) -> str | None:
     """Why per-GPU checks cannot run (used as their SKIP reason), or None when NVML lists GPUs."""
     if inventory.error is not None:
         return f"no NVIDIA GPU visible: {inventory.error.cause}"
@@ -30,16 +35,17 @@ def no_gpu_reason(inventory: Inventory) -> str | None:
     return None
 
 
-def judge_nvml(inventory: Inventory, expect_gpus: int | None) -> Verdict:
+def judge_nvml(inventory: NvmlSnapshot, expect_gpus: int | None) -> Verdict:
     """NVML starts and lists GPUs; a missing library is SKIP on a machine nobody said had GPUs."""
     problem = inventory.error
     if problem is not None:
         if problem.code in NOT_A_GPU_MACHINE and expect_gpus is None:
             return skip(f"no NVIDIA GPU visible: {problem.cause}", evidence={"nvml": problem.nvml_error})
         wanted = f" (expected {expect_gpus} GPUs)" if expect_gpus else ""
+        what = "NVML hangs" if problem.code == "NVML_TIMEOUT" else "NVML cannot start"
         return fail(
             problem.code,
-            f"NVML cannot start: {problem.cause}{wanted}",
+            f"{what}: {problem.cause}{wanted}",
             problem.remediation,
             evidence={"nvml": problem.nvml_error},
         )
@@ -53,7 +59,7 @@ def judge_nvml(inventory: Inventory, expect_gpus: int | None) -> Verdict:
     cuda = inventory.cuda_driver_version_text or "unknown"
     return passed(
         f"NVML sees {len(inventory.gpus)} GPU(s); driver {inventory.driver_version}, driver CUDA {cuda}",
-        details={"backend": inventory.backend},
+        details={"backend": inventory.label, "nvml_walk_s": round(inventory.duration_s, 3)},
     )
 
 
@@ -83,16 +89,26 @@ def judge_gpu_responds(gpu: GpuInfo) -> Verdict:
 
 
 def judge_gpu_busy(gpu: GpuInfo, own_pids: Collection[int] = (), fail_fraction: float = BUSY_FAIL_FRACTION) -> Verdict:
-    """No other process holds memory on the GPU (WARN small holders, FAIL at ``fail_fraction``)."""
+    """No other process holds memory on the GPU (WARN small holders, FAIL at ``fail_fraction``).
+
+    The driver's own reserve is never "another process": it is reported apart (``memory_reserved``)
+    by drivers 510+, and with an older driver, whose "used" includes it, up to
+    :data:`DRIVER_RESERVE_BOUND` of the GPU is set aside before judging.
+    """
     failed = _query_failed(gpu, "memory", "processes")
     if failed:
         return failed
-    total, used = gpu.memory_total, gpu.memory_used
+    total, used, reserved = gpu.memory_total, gpu.memory_used, gpu.memory_reserved
     if isinstance(total, Absent) or isinstance(used, Absent):
         return skip(f"{gpu.label}: memory use is not reported here")
+    if isinstance(reserved, int):
+        held = used
+        share = f"{used // MIB:,} of {total // MIB:,} MiB in use, {reserved // MIB:,} MiB reserved by the driver"
+    else:
+        held = max(0, used - int(DRIVER_RESERVE_BOUND * total))
+        share = f"{used // MIB:,} of {total // MIB:,} MiB in use, the driver's own reserve included (driver before 510)"
     others = [] if isinstance(gpu.processes, Absent) else [p for p in gpu.processes if p.pid not in own_pids]
-    act = fail if used >= fail_fraction * total else warn
-    share = f"{used // MIB:,} of {total // MIB:,} MiB in use"
+    act = fail if held >= fail_fraction * total else warn
     if others:
         listed = ", ".join(
             f"pid {p.pid} ({'?' if p.used_memory is None else f'{p.used_memory // MIB:,}'} MiB)" for p in others
@@ -104,7 +120,7 @@ def judge_gpu_busy(gpu: GpuInfo, own_pids: Collection[int] = (), fail_fraction: 
             "then `kill <pid>`. Inside a container these are host pids: stop them on the host.",
             details={"pids": [p.pid for p in others]},
         )
-    if used >= max(UNSEEN_FLOOR_BYTES, UNSEEN_FLOOR_FRACTION * total):
+    if held >= max(UNSEEN_FLOOR_BYTES, UNSEEN_FLOOR_FRACTION * total):
         return act(
             "GPU_MEMORY_IN_USE_UNSEEN",
             f"{gpu.label}: {share} but no process is visible from here",

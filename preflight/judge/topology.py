@@ -5,7 +5,9 @@ over NVLink (through NVSwitch or direct links) or some traffic crosses PCIe deci
 is compute-bound or link-bound. NCCL builds rings through all GPUs; the slowest hop of the best ring
 sets all-reduce speed, so the judge looks for a ring that stays on NVLink, and otherwise names the
 PCIe level the ring must cross. A GPU with fewer active NVLinks than its peers silently slows every
-collective, so that is a FAIL naming it.
+collective, so that is a FAIL naming it, but only where links are expected: an A100 or H100 PCIe
+card without an NVLink bridge lists all its links and reports each one inactive
+(NVIDIA/NVSentinel#1481, NVIDIA/DCGM#49), and that is a healthy PCIe node.
 """
 
 from __future__ import annotations
@@ -15,9 +17,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from preflight.outcome import Metric, Verdict, View, fail, passed, skip, warn
+from preflight.judge.busbw_reference import NVSWITCH_FAMILIES, gpu_family
+from preflight.outcome import Metric, Verdict, View, error, fail, passed, skip, warn
 from preflight.parse.topo import TopoMatrix, nvlink_width
-from preflight.probe.topology import GpuNvlinks, NvmlPair
+from preflight.probe.nvml import Absent
+from preflight.probe.nvml_snapshot import GpuInfo, GpuPair
 
 PCIE_RANK = {"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5, "SOC": 5}
 """PCIe path levels from nearest to farthest; ``SOC`` is the old name of ``SYS``."""
@@ -150,26 +154,111 @@ def judge_nvlink_balance(matrix: TopoMatrix) -> Verdict:
     )
 
 
-def judge_nvlink_counts(states: Sequence[GpuNvlinks], expected: int | None = None) -> Verdict:
-    """FAIL naming every GPU with fewer active NVLinks than its best peer (or than ``expected``)."""
-    if len(states) < 2 and expected is None:
+@dataclass(frozen=True, slots=True)
+class NvlinkExpectation:
+    """One GPU's NVLinks: how many NVML lists and how many are up, and why they should be up.
+
+    ``reason`` is None when nothing says the links are wired: a PCIe card without a bridge.
+    """
+
+    gpu: int
+    active: int
+    present: int
+    version: int | None
+    reason: str | None
+
+
+def board_wires_nvlinks(name: str) -> bool:
+    """SXM/HGX boards wire every NVLink on the board itself (to NVSwitches or, on V100, to peers)."""
+    return "SXM" in name.upper() or gpu_family(name) in NVSWITCH_FAMILIES
+
+
+def nvlink_expectations(
+    gpus: Sequence[GpuInfo], matrix: TopoMatrix | None = None, expected: int | None = None
+) -> tuple[NvlinkExpectation, ...]:
+    """Per GPU: its link counts and why its links should be up (None: no reason to expect any).
+
+    Links are expected on a GPU when ``expected`` (``--expect-nvlinks``) is given, on SXM/NVSwitch
+    SKUs, when an active link reaches an NVSwitch, and on both GPUs of a bridged pair: NVML's
+    remote PCI info of an active link names the peer, or ``nvidia-smi topo -m`` shows NV# between them.
+    """
+    by_bus = {g.pci_bus_id: g.index for g in gpus if isinstance(g.pci_bus_id, str)}
+    peers: dict[int, set[int]] = {}
+    switched: set[int] = set()
+    for gpu in gpus:
+        for link in () if isinstance(gpu.nvlinks, Absent) else gpu.nvlinks:
+            if not (link.active and isinstance(link.remote_bus_id, str)):
+                continue
+            peer = by_bus.get(link.remote_bus_id)
+            if peer is None:
+                switched.add(gpu.index)
+            elif peer != gpu.index:
+                peers.setdefault(gpu.index, set()).add(peer)
+                peers.setdefault(peer, set()).add(gpu.index)
+    if matrix is not None and len(matrix.gpus) == len(gpus):
+        for a, b, code in matrix.pairs():
+            if nvlink_width(code):
+                peers.setdefault(gpus[a].index, set()).add(gpus[b].index)
+                peers.setdefault(gpus[b].index, set()).add(gpus[a].index)
+    found = []
+    for gpu in gpus:
+        links = () if isinstance(gpu.nvlinks, Absent) else gpu.nvlinks
+        versions = {link.version for link in links if link.active and isinstance(link.version, int)}
+        if expected is not None:
+            reason: str | None = f"--expect-nvlinks {expected}"
+        elif isinstance(gpu.name, str) and board_wires_nvlinks(gpu.name) and links:
+            reason = "an SXM board wires its NVLinks"
+        elif gpu.index in switched:
+            reason = "its links reach an NVSwitch"
+        elif gpu.index in peers:
+            reason = "bridged to " + ", ".join(f"GPU{p}" for p in sorted(peers[gpu.index]))
+        else:
+            reason = None
+        found.append(NvlinkExpectation(gpu.index, gpu.nvlinks_active, len(links),
+                                       max(versions) if versions else None, reason))
+    return tuple(found)
+
+
+def judge_nvlink_counts(
+    gpus: Sequence[GpuInfo], matrix: TopoMatrix | None = None, expected: int | None = None
+) -> Verdict:
+    """FAIL naming every GPU whose links are expected up but fewer are than on its best peer (or
+    than ``expected``); NVLinks that nothing says are wired (bridge-less PCIe cards) are no finding."""
+    failed = [g for g in gpus if "nvlinks" in g.query_errors]
+    if failed:
+        detail = "; ".join(f"GPU{g.index}: {g.query_errors['nvlinks']}" for g in failed)
+        return error(f"NVML NVLink query failed: {detail}", code="NVLINK_QUERY_FAILED")
+    if len(gpus) < 2 and expected is None:
         return skip("fewer than 2 GPUs: no NVLink peers to compare")
+    states = nvlink_expectations(gpus, matrix, expected)
     if not any(s.present for s in states):
         return skip("no NVLink on this node (PCIe only)")
-    reference = max(s.active for s in states) if expected is None else expected
     metrics = tuple(Metric("nvlink_active", s.active, labels={"gpu": f"GPU{s.gpu}"}) for s in states)
+    wired = [s for s in states if s.reason is not None]
+    if not wired:
+        listed = sorted({s.present for s in states})
+        return skip(
+            f"PCIe cards without NVLink bridges: NVML lists {'/'.join(map(str, listed))} NVLinks per GPU, "
+            f"{sum(s.active for s in states)} active, and nothing says any is wired (no bridge in NVML's remote "
+            "link info or nvidia-smi topo -m, not an SXM/NVSwitch part); pass --expect-nvlinks N if bridges "
+            "are installed",
+            metrics=metrics,
+        )
+    reference = max(s.active for s in wired) if expected is None else expected
     if reference == 0:
         return fail(
             "NVLINK_ALL_DOWN",
-            f"NVLink present on {len([s for s in states if s.present])} GPUs but no link is up on any",
+            f"NVLink expected on {len(wired)} GPUs ({wired[0].reason}) but no link is up on any",
             "Check `nvidia-smi nvlink --status` and, on NVSwitch systems, that nvidia-fabricmanager is "
             "running (`systemctl status nvidia-fabricmanager`); a GPU reset or reboot may bring links up.",
             metrics=metrics,
         )
-    short = [s for s in states if s.active < reference]
-    version = _version_text(states)
+    short = [s for s in wired if s.active < reference]
+    version = _version_text(wired)
+    unbridged = [s for s in states if s.reason is None]
+    aside = f"; {_gpu_span([s.gpu for s in unbridged])} without a bridge" if unbridged else ""
     if not short:
-        return passed(f"{len(states)} GPUs, {reference} active NVLinks each{version}", metrics=metrics)
+        return passed(f"{len(wired)} GPUs, {reference} active NVLinks each{version}{aside}", metrics=metrics)
     parts = [
         f"GPU{s.gpu} has {'no active NVLink' if s.active == 0 else f'{s.active} of {reference} NVLinks active'}"
         for s in short
@@ -180,13 +269,18 @@ def judge_nvlink_counts(states: Sequence[GpuNvlinks], expected: int | None = Non
         f"{'; '.join(parts)} ({basis}): every collective through {'them' if len(short) > 1 else 'it'} slows down",
         f"Run `nvidia-smi nvlink --status -i {short[0].gpu}` to see which links are down; reset the GPU "
         f"(`sudo nvidia-smi -r -i {short[0].gpu}` with no process on it) or reboot, and if links stay down "
-        "open a hardware ticket naming the GPU's serial (`nvidia-smi -q -i N | grep Serial`).",
+        "open a hardware ticket naming the GPU's serial (`nvidia-smi -q -i N | grep Serial`) or reseat the "
+        "NVLink bridge.",
         metrics=metrics,
     )
 
 
-def judge_cross_check(smi: TopoMatrix, nvml_pairs: Sequence[NvmlPair], nvml_gpu_count: int) -> Verdict:
+def judge_cross_check(smi: TopoMatrix, nvml_pairs: Sequence[GpuPair], nvml_gpu_count: int) -> Verdict:
     """WARN when NVML and ``nvidia-smi topo -m`` describe a GPU pair differently."""
+    failed = [p for p in nvml_pairs if p.query_errors]
+    if failed:
+        detail = "; ".join(f"GPU{p.a}-GPU{p.b}: {next(iter(p.query_errors.values()))}" for p in failed[:4])
+        return error(f"NVML pair query failed: {detail}", code="NVLINK_QUERY_FAILED")
     if nvml_gpu_count != len(smi.gpus):
         return warn(
             "TOPOLOGY_SOURCES_DISAGREE",
@@ -357,7 +451,7 @@ def _summary(matrix: TopoMatrix, facts: Classification) -> str:
     )
 
 
-def _version_text(states: Sequence[GpuNvlinks]) -> str:
+def _version_text(states: Sequence[NvlinkExpectation]) -> str:
     versions = {s.version for s in states if s.version}
     if len(versions) != 1:
         return ""

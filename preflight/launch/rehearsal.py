@@ -23,6 +23,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from preflight.launch.outcome import FINISHED, NOT_RUN, LaunchResult, PhaseResult, RankOutcome
 from preflight.launch.plan import LaunchPlan, Phase
@@ -52,6 +53,13 @@ class Budget:
                       f"{max(0.0, left):.0f} s for this launch")
 
 
+class SideMeasurement(Protocol):
+    """Something measured while a phase runs (the PCIe links under the sweep's load)."""
+
+    def start(self) -> object: ...
+    def stop(self) -> object: ...
+
+
 @dataclass(slots=True)
 class _Running:
     """A launch in flight and the thread that watches it."""
@@ -78,6 +86,14 @@ class Rehearsal:
         self._gate_open = False
         self._separate: dict[str, LaunchResult] = {}
         self._closed = False
+        self._alongside: dict[str, list[SideMeasurement]] = {}
+        self._side_started: list[SideMeasurement] = []
+
+    def alongside(self, phase: str, measurement: SideMeasurement) -> None:
+        """Run ``measurement`` while ``phase`` (a gated one) runs: started when the gate opens, from the
+        thread that opens it (the main thread: what it starts dies with preflight), stopped once the
+        phase's result is in."""
+        self._alongside.setdefault(phase, []).append(measurement)
 
     # -- starting ------------------------------------------------------------------------------------
 
@@ -108,10 +124,21 @@ class Rehearsal:
         return running
 
     def open_gate(self) -> None:
-        """The probe checks are done: measurements may start."""
+        """The probe checks are done: measurements may start (and what runs alongside them)."""
+        if not self._gate_open:
+            for measurements in self._alongside.values():
+                for measurement in measurements:
+                    measurement.start()
+                    self._side_started.append(measurement)
         self._gate_open = True
         for running in self._runs:
             running.launch.open_gate()
+
+    def _stop_alongside(self, phase: str) -> None:
+        for measurement in self._alongside.pop(phase, []):
+            if measurement in self._side_started:
+                measurement.stop()
+                self._side_started.remove(measurement)
 
     # -- answers -------------------------------------------------------------------------------------
 
@@ -135,6 +162,7 @@ class Rehearsal:
                     self._relaunch(name)
                 continue
             time.sleep(POLL_S)
+        self._stop_alongside(name)
         return self._answers[name]
 
     def _take(self, result: LaunchResult) -> None:
@@ -193,6 +221,8 @@ class Rehearsal:
     def close(self) -> None:
         """Stop whatever still runs (end of the session, or an interruption) and wait for the monitors."""
         self._closed = True
+        for phase in list(self._alongside):
+            self._stop_alongside(phase)
         for running in self._runs:
             if not running.done():
                 running.launch.hard_deadline = 0.0  # the monitor stops the launch at once

@@ -1,23 +1,60 @@
 """One picture of the node: built once per run from one bundle of transports, answers cached and typed.
 
 Every check and the report take their facts from here, so no two places can disagree about the node.
-The job's torch is asked in the background from the moment the node is built (it takes a torch
-import); :attr:`Node.torch` waits for it. :attr:`Node.job` is the one answer to "which GPUs, how many
-ranks": the visible GPUs in CUDA order, as ``torchrun --standalone --nproc-per-node=gpu`` would use them.
+Two facts take a child process each and are started the moment the node is built, side by side: the
+NVML snapshot (one bounded walk, :mod:`preflight.probe.nvml_probe`) and the job's torch (asked in the
+job's interpreter, :mod:`preflight.node.torch`). Everything else is derived, on first use:
+
+- :attr:`Node.visible` and :attr:`Node.visible_gpus`: what ``CUDA_VISIBLE_DEVICES`` and
+  ``CUDA_DEVICE_ORDER`` leave of NVML's GPUs, **in CUDA order** (cuda0 first);
+- :attr:`Node.job_gpus`: the GPUs the job uses (the visible ones, the first ``--nproc`` of them);
+- :attr:`Node.job`: the one answer to "how many ranks, on GPUs or not" that every check, the report
+  and ``preflight merge`` use.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from functools import cached_property
+from typing import Any, Generic, TypeVar
 
 from preflight.node.torch import JobTorch, read_job_torch
 from preflight.node.transports import Transports
-from preflight.parse.visible_devices import VisibleDevices
+from preflight.parse.visible_devices import (
+    DEVICE_ORDER_VAR,
+    VISIBLE_DEVICES_VAR,
+    DeviceOrder,
+    GpuIdentity,
+    VisibleDevices,
+    VisibleDevicesError,
+    parse_device_order,
+    parse_visible_devices,
+    resolve_visible_devices,
+)
+from preflight.probe.nvml_probe import NVML_TIMEOUT_S, take_snapshot
+from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 
 CPU_RANKS = 2  # a CPU rehearsal on gloo: two ranks are the least that exercise a collective
+T = TypeVar("T")
+
+
+class _Background(Generic[T]):
+    """A fact gathered in a thread started now; :meth:`get` waits for it."""
+
+    def __init__(self, name: str, gather: Callable[[], T]) -> None:
+        self._found: list[T] = []
+        self._thread = threading.Thread(target=lambda: self._found.append(gather()), name=name, daemon=True)
+        self._thread.start()
+
+    def get(self) -> T:
+        self._thread.join()
+        return self._found[0]
+
+    def ready(self) -> bool:
+        """Whether :meth:`get` would answer at once."""
+        return not self._thread.is_alive()
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,18 +78,17 @@ class Job:
                 "cuda_devices": self.cuda_devices}
 
 
-def decide_job(torch: JobTorch, visible: VisibleDevices | None, nproc: int | None) -> Job:
-    """The job from what torch counts and what CUDA_VISIBLE_DEVICES leaves of NVML's GPUs.
+def decide_job(torch: JobTorch, job_gpus: tuple[GpuInfo, ...], nproc: int | None) -> Job:
+    """The job from what torch counts and which GPUs CUDA_VISIBLE_DEVICES leaves it.
 
     torch's count is what ``--nproc-per-node=gpu`` starts, so it decides the rank count; the visible
     GPUs (in CUDA order) say which they are. ``--nproc`` overrides the rank count and the job then
     uses the first that many GPUs, as ``--nproc-per-node=N`` does."""
-    indices = tuple(v.gpu.nvml_index for v in visible.gpus) if visible is not None else ()
     gpus = torch.gpus
     if gpus:
         ranks = nproc or gpus
         source = f"{ranks} ranks ({'--nproc' if nproc else 'one per GPU torch sees'})"
-        return Job(indices[:ranks], ranks, True, source, cuda_devices=gpus)
+        return Job(tuple(g.index for g in job_gpus[:ranks]), ranks, True, source, cuda_devices=gpus)
     ranks = nproc or CPU_RANKS
     why = torch.problem or torch.device_count_error or (
         "torch is a CPU build" if not torch.is_cuda_build else "torch sees no GPU")
@@ -60,41 +96,106 @@ def decide_job(torch: JobTorch, visible: VisibleDevices | None, nproc: int | Non
 
 
 class Node:
-    """The node's facts, each gathered once, on first use (the job's torch from the start)."""
+    """The node's facts, each gathered once (the two slow ones from the start, side by side)."""
 
     def __init__(self, transports: Transports, *, nproc: int | None,
-                 visible: Callable[[], VisibleDevices | None]) -> None:
+                 nvml_timeout_s: Callable[[], float] = lambda: NVML_TIMEOUT_S) -> None:
         self.transports = transports
-        self._nproc = nproc
-        self._visible = visible
-        self._torch: list[JobTorch] = []
-        self._job: Job | None = None
-        self._torch_thread = threading.Thread(target=lambda: self._torch.append(read_job_torch(transports)),
-                                              name="preflight-torch-probe", daemon=True)
-        self._torch_thread.start()
+        self.nproc = nproc
+        self._nvml = _Background("preflight-nvml-probe",
+                                 lambda: take_snapshot(transports.nvml, timeout_s=nvml_timeout_s(),
+                                                       runner=transports.run))
+        self._torch = _Background("preflight-torch-probe", lambda: read_job_torch(transports))
+
+    # -- the two probed facts -----------------------------------------------------------------------
+
+    @property
+    def nvml(self) -> NvmlSnapshot:
+        """Everything NVML said, from one bounded walk (``error`` says why there is nothing)."""
+        return self._nvml.get()
 
     @property
     def torch(self) -> JobTorch:
-        """The job's torch (waits for the probe started with the node)."""
-        self._torch_thread.join()
-        return self._torch[0]
+        """The job's torch, asked in the job's interpreter."""
+        return self._torch.get()
+
+    # -- what the job sees ----------------------------------------------------------------------------
 
     @property
+    def visible_raw(self) -> str | None:
+        """``CUDA_VISIBLE_DEVICES`` as the job inherits it."""
+        return self.transports.environ.get(VISIBLE_DEVICES_VAR)
+
+    @property
+    def order_raw(self) -> str | None:
+        """``CUDA_DEVICE_ORDER`` as the job inherits it."""
+        return self.transports.environ.get(DEVICE_ORDER_VAR)
+
+    @cached_property
+    def identities(self) -> tuple[GpuIdentity, ...]:
+        """What visible-device resolution needs of each GPU NVML could identify."""
+        return tuple(i for i in (g.identity() for g in self.nvml.gpus) if i is not None)
+
+    @cached_property
+    def visible(self) -> VisibleDevices | None:
+        """The GPUs a CUDA process will see, in CUDA order; None when NVML lists no GPU."""
+        if not self.nvml.gpus:
+            return None
+        try:
+            order = parse_device_order(self.order_raw)
+        except VisibleDevicesError:
+            order = DeviceOrder.FASTEST_FIRST  # the order check reports the bad value
+        return resolve_visible_devices(parse_visible_devices(self.visible_raw), self.identities, order)
+
+    @cached_property
+    def visible_gpus(self) -> tuple[GpuInfo, ...]:
+        """The visible GPUs in CUDA order, then any GPU NVML could not identify (lost: reported, never hidden)."""
+        by_index = {g.index: g for g in self.nvml.gpus}
+        chosen = [by_index[v.gpu.nvml_index] for v in self.visible.gpus] if self.visible else []
+        lost = [g for g in self.nvml.gpus if g.identity() is None]
+        return tuple(chosen + lost)
+
+    @cached_property
+    def job_gpus(self) -> tuple[GpuInfo, ...]:
+        """The GPUs the job uses, in CUDA order: the visible ones, the first ``--nproc`` of them."""
+        identified = [g for g in self.visible_gpus if g.identity() is not None]
+        lost = [g for g in self.visible_gpus if g.identity() is None]
+        return tuple((identified[: self.nproc] if self.nproc else identified) + lost)
+
+    @cached_property
     def job(self) -> Job:
         """The job's GPUs and ranks."""
-        if self._job is None:
-            self._job = decide_job(self.torch, self._visible(), self._nproc)
-        return self._job
+        return decide_job(self.torch, self.job_gpus, self.nproc)
 
-    def as_dict(self, sections: Sequence[str] = ("torch", "job"), *, wait: bool = True) -> dict[str, Any]:
-        """The report's node facts. With ``wait`` off (a run interrupted at its start) a torch probe still
-        running is not waited for: the report says torch is not known yet and leaves the job out."""
-        if not wait and self._torch_thread.is_alive():
-            problem = "not known: the run was interrupted before the job's torch answered"
-            return {"torch": JobTorch(python=self.transports.python, problem=problem).as_dict()}
-        out: dict[str, Any] = {}
-        if "torch" in sections:
-            out["torch"] = self.torch.as_dict()
-        if "job" in sections:
-            out["job"] = self.job.as_dict()
-        return out
+    def gpu(self, index: int) -> GpuInfo:
+        """The GPU at NVML ``index``."""
+        return next(g for g in self.nvml.gpus if g.index == index)
+
+    # -- the report ------------------------------------------------------------------------------------
+
+    def gpus_section(self) -> dict[str, Any]:
+        """The report's ``gpus`` section: the driver, the variables, and the job's GPUs in CUDA order."""
+        snapshot = self.nvml
+        visible = self.visible
+        cuda_index = {v.gpu.nvml_index: v.cuda_index for v in visible.gpus} if visible else {}
+        return {
+            **snapshot.as_dict(),
+            "error": None if snapshot.error is None else f"{snapshot.error.code}: {snapshot.error.cause}",
+            "nvml_walk_s": round(snapshot.duration_s, 3),
+            VISIBLE_DEVICES_VAR: self.visible_raw,
+            DEVICE_ORDER_VAR: self.order_raw,
+            "job_sees": visible.describe() if visible else "no GPU",
+            "gpus": [{"cuda_index": cuda_index.get(g.index), **g.as_dict()} for g in self.job_gpus],
+            "not_used_by_the_job": [g.index for g in snapshot.gpus if g not in self.job_gpus],
+        }
+
+    def as_dict(self, *, wait: bool = True) -> dict[str, Any]:
+        """The node model's sections of the report. With ``wait`` off (a run interrupted at its start) a
+        torch probe still running is not waited for: torch is "not known" and the job decided without it."""
+        if wait or self._torch.ready():
+            torch, job = self.torch, self.job
+        else:
+            torch = JobTorch(python=self.transports.python,
+                             problem="not known: the run was interrupted before the job's torch answered")
+            job = decide_job(torch, self.job_gpus, self.nproc)
+        return {"torch": torch.as_dict(), "job": job.as_dict(), "gpus": self.gpus_section()}

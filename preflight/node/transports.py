@@ -2,8 +2,9 @@
 
 A run builds its :class:`Transports` once from the ``pytest_preflight_transports`` hook (firstresult;
 preflight's own implementation returns the real ones). A test-only plugin returns fakes at the
-lowest layer: a command runner that answers like a captured command, an environment, a filesystem
-root. Nothing else in preflight knows whether a transport is real.
+lowest layer: a fake NVML C library under the real nvidia-ml-py binding, a command runner that
+answers like a captured command, an environment, a filesystem root. Nothing else in preflight
+knows whether a transport is real.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from preflight.probe.command import CommandRunner, run_command
+from preflight.probe.nvml_transport import REAL, NvmlTransport
 
 
 def _environment() -> dict[str, str]:
@@ -23,8 +25,9 @@ def _environment() -> dict[str, str]:
 
 @dataclass(frozen=True, slots=True)
 class Transports:
-    """The command runner, the environment the job inherits, the job's interpreter and the filesystem root."""
+    """NVML, the command runner, the environment the job inherits, the job's interpreter and the filesystem root."""
 
+    nvml: NvmlTransport = REAL  # the driver's libnvidia-ml.so.1, or (tests) a fake C library the NVML child loads
     run: CommandRunner = run_command
     environ: Mapping[str, str] = field(default_factory=_environment)
     python: str = sys.executable  # the job's interpreter: torch is asked there, torchrun runs it

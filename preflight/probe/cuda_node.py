@@ -1,7 +1,7 @@
-"""The driver and GPU facts the toolkit judges need, taken from the GPU inventory (NVML).
+"""The driver and GPU facts the toolkit judges need, taken from the run's NVML snapshot.
 
-The GPU area owns NVML (``preflight.probe.nvml``, ``preflight.probe.gpus``, gathered once per run
-by ``preflight.fixtures.gpus``); this module only turns its ``Inventory`` into
+The GPU area owns NVML (``preflight.probe.nvml_snapshot``, taken once per run by
+``preflight.fixtures.gpus``); this module only turns its ``NvmlSnapshot`` into
 :class:`~preflight.judge.cuda_runtime.DriverFacts` and
 :class:`~preflight.judge.cuda_runtime.GpuCapability` values.
 """
@@ -12,7 +12,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from preflight.judge.cuda_runtime import DriverFacts, GpuCapability, cuda_from_nvml
-from preflight.probe.gpus import GpuInfo, Inventory
+from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 
 NO_DRIVER_CODES = frozenset({"NVML_LIBRARY_NOT_FOUND"})
 
@@ -31,7 +31,7 @@ class CudaNode:
         return None if self.gpus is None else len(self.gpus)
 
 
-def cuda_node_from_inventory(inventory: Inventory, job_gpus: Sequence[GpuInfo] | None = None) -> CudaNode:
+def cuda_node_from_inventory(inventory: NvmlSnapshot, job_gpus: Sequence[GpuInfo] | None = None) -> CudaNode:
     """Driver facts and the capabilities of ``job_gpus`` (default: every GPU NVML lists).
 
     Without NVML's library there is no NVIDIA driver, hence no GPU (``gpus == ()``); any other

@@ -1,31 +1,29 @@
-"""The NVML calls preflight needs, behind a small Protocol.
+"""The NVML calls preflight makes, through the real ``nvidia-ml-py`` binding (module ``pynvml``).
 
-``NvmlBackend`` lists exactly the NVML queries preflight makes (per GPU, per NVLink, per GPU
-pair). ``PynvmlBackend`` answers them through ``nvidia-ml-py`` (module ``pynvml``); the tests
-answer them with ``tests/fakes/nvml.py``, which drives this same class over a fake library so
-the error mapping below is exercised on CPU-only machines.
+:class:`PynvmlBackend` runs only inside the NVML child process (:mod:`preflight.probe.nvml_child`),
+never in the pytest process: a wedged driver can block any NVML call for ever, and only a child can
+be killed at a deadline. Tests reach it over a fake NVML C library installed under ``pynvml``
+(``tests/fakes/nvml.py``), so pynvml's own structs, buffers, versioned calls and error mapping run.
 
-Rules every implementation follows:
+Rules:
 
 - GPUs are addressed by NVML index (PCI bus order, what ``nvidia-smi`` shows), never by CUDA
   ordinal; joins with CUDA go through UUID or PCI bus id.
-- "Not supported on this GPU" (``NVML_ERROR_NOT_SUPPORTED``) and "this driver lacks the
-  function" (``NVML_ERROR_FUNCTION_NOT_FOUND``) are the value :data:`NOT_SUPPORTED`, never an
-  exception; a per-GPU query refused for lack of permission is :data:`NO_PERMISSION`. Any other
-  NVML error raises :class:`NvmlQueryError` naming the call.
-- NVML is initialised lazily, once, under a lock. When it cannot start, every query raises the
-  same :class:`NvmlUnavailableError`, whose message names the likely cause.
+- "Not supported on this GPU" (``NVML_ERROR_NOT_SUPPORTED``) and "this driver lacks the function"
+  (``NVML_ERROR_FUNCTION_NOT_FOUND``, pynvml's ``_nvmlGetFunctionPointer`` turns a missing symbol
+  into it) are the value :data:`NOT_SUPPORTED`, never an exception; a query refused for lack of
+  permission is :data:`NO_PERMISSION`. Any other NVML error raises :class:`NvmlQueryError`.
+- NVML is initialised once (:meth:`PynvmlBackend.start`); when it cannot start, the error says
+  the likely cause (:func:`explain_init_error`).
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import enum
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Protocol, TypeVar, runtime_checkable
+from typing import Any, TypeVar
 
 T = TypeVar("T")
 
@@ -49,6 +47,7 @@ QUERY_FAILED = Absent.QUERY_FAILED
 # so the two capability indices preflight uses are restated here as plain ints.
 P2P_CAPS_READ = 0
 P2P_CAPS_NVLINK = 2
+P2P_STATUS_OK = 0
 
 P2P_STATUS_NAMES = {
     0: "OK",
@@ -67,23 +66,30 @@ TOPOLOGY_LEVEL_SMI = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "
 NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in nvidia-ml-py 13.x; the loop bound for per-link queries
 
 # NVML_ERROR_* codes this module treats specially (values from nvml.h, stable across releases).
+_ERR_INVALID_ARGUMENT = 2
 _ERR_NOT_SUPPORTED = 3
 _ERR_NO_PERMISSION = 4
+_ERR_NOT_FOUND = 6
 _ERR_DRIVER_NOT_LOADED = 9
 _ERR_LIBRARY_NOT_FOUND = 12
 _ERR_FUNCTION_NOT_FOUND = 13
 _ERR_GPU_IS_LOST = 15
 _ERR_LIB_RM_VERSION_MISMATCH = 18
-_ERR_INVALID_ARGUMENT = 2
-_ERR_NOT_FOUND = 6
 
 
 @dataclass(frozen=True, slots=True)
 class MemoryInfo:
-    """Framebuffer memory in bytes (``nvidia-smi --query-gpu=memory.total,memory.used``)."""
+    """Framebuffer memory in bytes as ``nvidia-smi -q`` shows it under "FB Memory Usage".
+
+    ``used`` is what processes allocated; ``reserved`` is what the driver and firmware keep for
+    themselves (``nvmlMemory_v2_t``, drivers 510 and newer). With an older driver only the v1
+    call exists, whose ``used`` is "Sum of Reserved and Allocated" (nvml.h) and ``reserved`` is
+    NOT_SUPPORTED.
+    """
 
     total: int
     used: int
+    reserved: int | Absent
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,38 +134,6 @@ class NvmlQueryError(RuntimeError):
     def gpu_lost(self) -> bool:
         """True for NVML_ERROR_GPU_IS_LOST (the GPU fell off the bus, usually XID 79)."""
         return self.code == _ERR_GPU_IS_LOST
-
-
-@runtime_checkable
-class NvmlBackend(Protocol):
-    """Exactly the NVML queries preflight makes. Indices are NVML indices (PCI bus order)."""
-
-    label: str  # "pynvml" for the real library, "fake:<profile>" for the test fakes
-
-    def device_count(self) -> int: ...
-    def driver_version(self) -> str: ...
-    def cuda_driver_version(self) -> int | Absent: ...  # e.g. 12040 for CUDA 12.4
-    def name(self, index: int) -> str: ...
-    def uuid(self, index: int) -> str: ...
-    def pci_bus_id(self, index: int) -> str: ...  # e.g. "00000000:18:00.0"
-    def memory(self, index: int) -> MemoryInfo: ...
-    def compute_capability(self, index: int) -> tuple[int, int] | Absent: ...
-    def persistence_mode(self, index: int) -> bool | Absent: ...
-    def mig_mode(self, index: int) -> tuple[bool, bool] | Absent: ...  # (current, pending)
-    def mig_device_uuids(self, index: int) -> tuple[str, ...] | Absent: ...
-    def ecc_mode(self, index: int) -> tuple[bool, bool] | Absent: ...  # (current, pending)
-    def ecc_uncorrected(self, index: int, aggregate: bool) -> int | Absent: ...
-    def retired_pages(self, index: int, double_bit: bool) -> int | Absent: ...
-    def retired_pages_pending(self, index: int) -> bool | Absent: ...
-    def remapped_rows(self, index: int) -> RemappedRows | Absent: ...
-    def pcie_link(self, index: int, current: bool) -> tuple[int, int] | Absent: ...  # (gen, width)
-    def clock_event_reasons(self, index: int) -> int | Absent: ...  # bitmask
-    def temperature(self, index: int) -> int | Absent: ...  # Celsius
-    def compute_processes(self, index: int) -> tuple[GpuProcess, ...] | Absent: ...
-    def nvlink_state(self, index: int, link: int) -> bool | Absent: ...
-    def nvlink_version(self, index: int, link: int) -> int | Absent: ...
-    def p2p_status(self, index_a: int, index_b: int, caps: int) -> int | Absent: ...
-    def common_ancestor(self, index_a: int, index_b: int) -> int | Absent: ...
 
 
 _INIT_CAUSES: dict[int, tuple[str, str, str]] = {
@@ -213,82 +187,61 @@ def _text(value: Any) -> str:
     return value.decode(errors="replace") if isinstance(value, bytes) else str(value)
 
 
+def _map(value: Any, convert: Callable[[Any], T]) -> T | Absent:
+    return value if isinstance(value, Absent) else convert(value)
+
+
 class PynvmlBackend:
-    """``NvmlBackend`` over ``nvidia-ml-py``. ``library`` defaults to the ``pynvml`` module."""
+    """The NVML queries preflight makes, over the ``pynvml`` module (child process only)."""
 
-    label = "pynvml"
-
-    def __init__(self, library: Any = None) -> None:
-        self._library = library
-        self._lock = threading.Lock()
-        self._ready = False
-        self._init_error: NvmlUnavailableError | None = None
+    def __init__(self) -> None:
+        self._pynvml: Any = None
         self._handles: dict[int, Any] = {}
-        self._exit_hook = False
 
     # -- initialisation -------------------------------------------------------------------------
 
-    def _lib(self) -> Any:
-        """The library, initialised exactly once (thread-safe); raises the cached init error."""
-        if self._ready:
-            return self._library
-        with self._lock:
-            if self._init_error is not None:
-                raise self._init_error
-            if not self._ready:
-                self._start()
-        if self._init_error is not None:
-            raise self._init_error
-        return self._library
-
-    def _start(self) -> None:
-        if self._library is None:
-            try:
-                import pynvml
-            except ImportError as exc:
-                self._init_error = NvmlUnavailableError(
-                    "NVML_BINDINGS_MISSING",
-                    "the nvidia-ml-py package (module pynvml) is not installed",
-                    "pip install nvidia-ml-py",
-                    str(exc),
-                )
-                return
-            self._library = pynvml
+    def start(self) -> None:
+        """``nvmlInit``; raises :class:`NvmlUnavailableError` naming the likely cause."""
         try:
-            self._library.nvmlInit()
-        except self._library.NVMLError as exc:
-            self._init_error = explain_init_error(_error_code(exc), str(exc))
-            return
-        self._ready = True
-        if not self._exit_hook:
-            atexit.register(self.shutdown)
-            self._exit_hook = True
+            import pynvml
+        except ImportError as exc:
+            raise NvmlUnavailableError(
+                "NVML_BINDINGS_MISSING",
+                "the nvidia-ml-py package (module pynvml) is not installed",
+                "pip install nvidia-ml-py",
+                str(exc),
+            ) from exc
+        try:
+            pynvml.nvmlInit()
+        except pynvml.NVMLError as exc:
+            raise explain_init_error(_error_code(exc), str(exc)) from exc
+        self._pynvml = pynvml
 
     def shutdown(self) -> None:
-        """Release NVML (registered with ``atexit``); later queries initialise it again."""
-        with self._lock:
-            if not self._ready:
-                return
-            self._ready = False
-            self._handles.clear()
-            with contextlib.suppress(self._library.NVMLError):
-                self._library.nvmlShutdown()
+        """``nvmlShutdown`` (errors ignored: the child exits right after)."""
+        if self._pynvml is None:
+            return
+        self._handles.clear()
+        with contextlib.suppress(self._pynvml.NVMLError):
+            self._pynvml.nvmlShutdown()
 
     # -- plumbing -------------------------------------------------------------------------------
 
     def _call(self, function: str, *args: Any) -> Any:
         """Call ``pynvml.<function>(*args)``; NVML errors become :class:`NvmlQueryError`."""
-        lib = self._lib()
+        lib = self._pynvml
+        if lib is None:
+            raise RuntimeError("PynvmlBackend.start() was not called")
         call = getattr(lib, function, None)
         if call is None:
             raise NvmlQueryError(function, "not in this nvidia-ml-py", _ERR_FUNCTION_NOT_FOUND)
-        # Unversioned process queries raise NVMLLibraryMismatchError (not an NVMLError) on old drivers.
-        mismatch = getattr(lib, "NVMLLibraryMismatchError", lib.NVMLError)
         try:
             return call(*args)
         except lib.NVMLError as exc:
             raise NvmlQueryError(function, str(exc), _error_code(exc)) from exc
-        except mismatch as exc:
+        except lib.NVMLLibraryMismatchError as exc:
+            # pynvml's @throwOnVersionMismatch turns FUNCTION_NOT_FOUND of an unversioned call
+            # (the _v3 process query) into this non-NVMLError exception (pynvml.py throwOnVersionMismatch).
             raise NvmlQueryError(function, str(exc), _ERR_FUNCTION_NOT_FOUND) from exc
 
     def _query(self, function: str, *args: Any, absent_codes: tuple[int, ...] = ()) -> Any:
@@ -309,10 +262,6 @@ class PynvmlBackend:
             self._handles[index] = handle
         return handle
 
-    @staticmethod
-    def _map(value: Any, convert: Callable[[Any], T]) -> T | Absent:
-        return value if isinstance(value, Absent) else convert(value)
-
     # -- system ---------------------------------------------------------------------------------
 
     def device_count(self) -> int:
@@ -325,7 +274,7 @@ class PynvmlBackend:
 
     def cuda_driver_version(self) -> int | Absent:
         """Newest CUDA the driver supports as ``1000*major + 10*minor`` (``CUDA Version`` in nvidia-smi)."""
-        return self._map(self._query("nvmlSystemGetCudaDriverVersion"), int)
+        return _map(self._query("nvmlSystemGetCudaDriverVersion"), int)
 
     # -- identity and memory --------------------------------------------------------------------
 
@@ -339,28 +288,38 @@ class PynvmlBackend:
 
     def pci_bus_id(self, index: int) -> str:
         """PCI bus id with 8-digit domain, e.g. ``"00000000:18:00.0"``."""
-        return _text(self._call("nvmlDeviceGetPciInfo", self._handle(index)).busId)
+        return _text(self._call("nvmlDeviceGetPciInfo", self._handle(index)).busId).upper()
 
     def memory(self, index: int) -> MemoryInfo:
-        """Framebuffer total/used in bytes."""
-        info = self._call("nvmlDeviceGetMemoryInfo", self._handle(index))
-        return MemoryInfo(total=int(info.total), used=int(info.used))
+        """Framebuffer total/used/reserved: the v2 call where the driver has it, else v1."""
+        handle = self._handle(index)
+        lib = self._pynvml
+        version = getattr(lib, "nvmlMemory_v2", None)
+        if version is not None:
+            try:
+                info = self._call("nvmlDeviceGetMemoryInfo", handle, version)
+                return MemoryInfo(total=int(info.total), used=int(info.used), reserved=int(info.reserved))
+            except NvmlQueryError as exc:
+                if exc.code != _ERR_FUNCTION_NOT_FOUND:  # drivers before 510 lack nvmlDeviceGetMemoryInfo_v2
+                    raise
+        info = self._call("nvmlDeviceGetMemoryInfo", handle)
+        return MemoryInfo(total=int(info.total), used=int(info.used), reserved=NOT_SUPPORTED)
 
     def compute_capability(self, index: int) -> tuple[int, int] | Absent:
         """(major, minor), e.g. (9, 0) for H100."""
         value = self._query("nvmlDeviceGetCudaComputeCapability", self._handle(index))
-        return self._map(value, lambda cc: (int(cc[0]), int(cc[1])))
+        return _map(value, lambda cc: (int(cc[0]), int(cc[1])))
 
     # -- modes ----------------------------------------------------------------------------------
 
     def persistence_mode(self, index: int) -> bool | Absent:
         """``nvidia-smi --query-gpu=persistence_mode``."""
-        return self._map(self._query("nvmlDeviceGetPersistenceMode", self._handle(index)), bool)
+        return _map(self._query("nvmlDeviceGetPersistenceMode", self._handle(index)), bool)
 
     def mig_mode(self, index: int) -> tuple[bool, bool] | Absent:
         """(current, pending) MIG mode (``nvidia-smi --query-gpu=mig.mode.current,mig.mode.pending``)."""
         value = self._query("nvmlDeviceGetMigMode", self._handle(index))
-        return self._map(value, lambda mode: (bool(mode[0]), bool(mode[1])))
+        return _map(value, lambda mode: (bool(mode[0]), bool(mode[1])))
 
     def mig_device_uuids(self, index: int) -> tuple[str, ...] | Absent:
         """UUIDs (``MIG-...``) of the MIG devices configured on a MIG-enabled GPU."""
@@ -383,7 +342,7 @@ class PynvmlBackend:
     def ecc_mode(self, index: int) -> tuple[bool, bool] | Absent:
         """(current, pending) ECC mode; NOT_SUPPORTED on most GeForce and workstation parts."""
         value = self._query("nvmlDeviceGetEccMode", self._handle(index))
-        return self._map(value, lambda mode: (bool(mode[0]), bool(mode[1])))
+        return _map(value, lambda mode: (bool(mode[0]), bool(mode[1])))
 
     # -- memory health --------------------------------------------------------------------------
 
@@ -391,21 +350,21 @@ class PynvmlBackend:
         """Uncorrectable ECC errors since driver load (volatile) or over the GPU's life (aggregate)."""
         counter = 1 if aggregate else 0  # NVML_AGGREGATE_ECC / NVML_VOLATILE_ECC
         value = self._query("nvmlDeviceGetTotalEccErrors", self._handle(index), 1, counter)  # 1 = UNCORRECTED
-        return self._map(value, int)
+        return _map(value, int)
 
     def retired_pages(self, index: int, double_bit: bool) -> int | Absent:
         """Pages retired for double-bit errors or for repeated single-bit errors (pre-Ampere)."""
         cause = 1 if double_bit else 0  # NVML_PAGE_RETIREMENT_CAUSE_{DOUBLE_BIT_ECC_ERROR,MULTIPLE_SINGLE_BIT}
-        return self._map(self._query("nvmlDeviceGetRetiredPages", self._handle(index), cause), len)
+        return _map(self._query("nvmlDeviceGetRetiredPages", self._handle(index), cause), len)
 
     def retired_pages_pending(self, index: int) -> bool | Absent:
         """True when a retirement waits for the next driver reload (``Pending Page Blacklist``)."""
-        return self._map(self._query("nvmlDeviceGetRetiredPagesPendingStatus", self._handle(index)), bool)
+        return _map(self._query("nvmlDeviceGetRetiredPagesPendingStatus", self._handle(index)), bool)
 
     def remapped_rows(self, index: int) -> RemappedRows | Absent:
         """Row remapping counters (A100 and newer; NOT_SUPPORTED before Ampere)."""
         value = self._query("nvmlDeviceGetRemappedRows", self._handle(index))
-        return self._map(value, lambda rows: RemappedRows(int(rows[0]), int(rows[1]), bool(rows[2]), bool(rows[3])))
+        return _map(value, lambda rows: RemappedRows(int(rows[0]), int(rows[1]), bool(rows[2]), bool(rows[3])))
 
     # -- link, clocks, temperature, processes ---------------------------------------------------
 
@@ -420,24 +379,28 @@ class PynvmlBackend:
         return (int(gen), int(width))
 
     def clock_event_reasons(self, index: int) -> int | Absent:
-        """Bitmask of ``nvmlClocksEventReason*`` (the pre-535 name was "throttle reasons")."""
+        """Bitmask of ``nvmlClocksEventReason*`` (drivers before 535 only have the "throttle reasons" call)."""
         handle = self._handle(index)
         value = self._query("nvmlDeviceGetCurrentClocksEventReasons", handle)
         if isinstance(value, Absent):
             value = self._query("nvmlDeviceGetCurrentClocksThrottleReasons", handle)
-        return self._map(value, int)
+        return _map(value, int)
 
     def temperature(self, index: int) -> int | Absent:
         """GPU core temperature in Celsius."""
-        return self._map(self._query("nvmlDeviceGetTemperature", self._handle(index), 0), int)
+        return _map(self._query("nvmlDeviceGetTemperature", self._handle(index), 0), int)
 
     def compute_processes(self, index: int) -> tuple[GpuProcess, ...] | Absent:
-        """Compute processes with a context on the GPU (``nvidia-smi --query-compute-apps``)."""
+        """Compute processes with a context on the GPU (``nvidia-smi --query-compute-apps``).
+
+        pynvml's unversioned call uses the ``_v3`` symbol (drivers 510+); older drivers answer
+        the ``_v2`` call (R450+), and before that there is no process list preflight can read.
+        """
         handle = self._handle(index)
         value = self._query("nvmlDeviceGetComputeRunningProcesses", handle)
-        if value is NOT_SUPPORTED:  # drivers before the v3 struct answer the v2 call
+        if value is NOT_SUPPORTED:
             value = self._query("nvmlDeviceGetComputeRunningProcesses_v2", handle)
-        return self._map(
+        return _map(
             value,
             lambda procs: tuple(
                 GpuProcess(int(p.pid), None if p.usedGpuMemory is None else int(p.usedGpuMemory)) for p in procs
@@ -451,41 +414,26 @@ class PynvmlBackend:
         value = self._query(
             "nvmlDeviceGetNvLinkState", self._handle(index), link, absent_codes=(_ERR_INVALID_ARGUMENT,)
         )
-        return self._map(value, bool)
+        return _map(value, bool)
 
     def nvlink_version(self, index: int, link: int) -> int | Absent:
         """``NVML_NVLINK_VERSION_*`` of ``link`` (4 = 3.0 on A100, 6 = 4.0 on H100)."""
         value = self._query(
             "nvmlDeviceGetNvLinkVersion", self._handle(index), link, absent_codes=(_ERR_INVALID_ARGUMENT,)
         )
-        return self._map(value, int)
+        return _map(value, int)
+
+    def nvlink_remote_bus_id(self, index: int, link: int) -> str | Absent:
+        """PCI bus id at the far end of ``link``: the peer GPU over a bridge, an NVSwitch on HGX boards."""
+        value = self._query("nvmlDeviceGetNvLinkRemotePciInfo", self._handle(index), link)
+        return _map(value, lambda info: _text(info.busId).upper())
 
     def p2p_status(self, index_a: int, index_b: int, caps: int) -> int | Absent:
         """``NVML_P2P_STATUS_*`` for capability ``caps`` (:data:`P2P_CAPS_READ` or :data:`P2P_CAPS_NVLINK`)."""
         value = self._query("nvmlDeviceGetP2PStatus", self._handle(index_a), self._handle(index_b), int(caps))
-        return self._map(value, int)
+        return _map(value, int)
 
     def common_ancestor(self, index_a: int, index_b: int) -> int | Absent:
         """Deepest common PCIe ancestor (``NVML_TOPOLOGY_*``); says nothing about NVLink."""
         value = self._query("nvmlDeviceGetTopologyCommonAncestor", self._handle(index_a), self._handle(index_b))
-        return self._map(value, int)
-
-
-@dataclass(frozen=True, slots=True)
-class NvLink:
-    """One NVLink of a GPU: its number, whether it is up, and its NVML version code."""
-
-    link: int
-    active: bool
-    version: int | Absent
-
-
-def read_nvlinks(backend: NvmlBackend, index: int) -> tuple[NvLink, ...]:
-    """Every NVLink the GPU has (up or down), probing links 0..NVML_NVLINK_MAX_LINKS-1."""
-    links: list[NvLink] = []
-    for link in range(NVLINK_MAX_LINKS):
-        state = backend.nvlink_state(index, link)
-        if isinstance(state, Absent):
-            continue
-        links.append(NvLink(link, state, backend.nvlink_version(index, link)))
-    return tuple(links)
+        return _map(value, int)

@@ -14,8 +14,8 @@ from typing import Any
 import preflight
 from preflight.outcome import RunVerdict, Status, Verdict, run_verdict
 
-SCHEMA_VERSION = "1.0"
-SUPPORTED_SCHEMA_VERSIONS = ("1.0",)
+SCHEMA_VERSION = "2.0"  # 2.0: the node model's torch, job and gpus sections (numbers with units)
+SUPPORTED_SCHEMA_VERSIONS = ("2.0",)
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -44,13 +44,16 @@ def cuda_answer(gpus: int) -> dict[str, Any]:
     return answer
 
 
-def torch_runner(answer: Mapping[str, Any], passthrough: CommandRunner = run_command) -> CommandRunner:
-    """A runner that answers the torch probe with ``answer`` and runs everything else for real."""
+def torch_runner(answer: Mapping[str, Any] | Callable[[], Mapping[str, Any]],
+                 passthrough: CommandRunner = run_command) -> CommandRunner:
+    """A runner that answers the torch probe with ``answer`` (or what the callable gives, when the probe
+    runs) and runs everything else for real."""
 
     def run(argv: Sequence[str], timeout_s: float = DEFAULT_TIMEOUT_S,
             env: Mapping[str, str] | None = None) -> CommandResult:
         if argv and str(argv[-1]) == str(CHILD):
-            return CommandResult(tuple(argv), 0, json.dumps(dict(answer)) + "\n", "")
+            given = answer() if callable(answer) else answer
+            return CommandResult(tuple(argv), 0, json.dumps(dict(given)) + "\n", "")
         return passthrough(argv, timeout_s, env)
 
     return run

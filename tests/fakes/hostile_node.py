@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from preflight.fixtures.gpus import NVML_BACKEND_KEY
+from preflight.node.transports import Transports
 from preflight.report import collector as report_collector
 from preflight.report.facts import add_fact
 from tests.fakes import planted
-from tests.fakes.nvml import FakeNvml
+from tests.fakes.nvml import fake_transport
 from tests.fakes.nvml_profiles import PROFILES
 
 STALL_S = 600.0
@@ -41,13 +41,17 @@ def _stall(point: str, seconds: float = STALL_S) -> None:
         time.sleep(seconds)
 
 
+def pytest_preflight_transports(config: pytest.Config) -> Transports | None:
+    """A fake A10G whose NVML name carries markup (with ``PREFLIGHT_TEST_HOSTILE_GPU=1``)."""
+    if os.environ.get("PREFLIGHT_TEST_HOSTILE_GPU") != "1":
+        return None
+    spec = PROFILES["1x-a10g"]
+    gpus = tuple(dataclasses.replace(gpu, name=planted.GPU_NAME) for gpu in spec.gpus)
+    return Transports(nvml=fake_transport("1x-a10g", spec=dataclasses.replace(spec, gpus=gpus)))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     socket.gethostname = lambda: planted.HOSTNAME  # type: ignore[assignment]
-    if os.environ.get("PREFLIGHT_TEST_HOSTILE_GPU") == "1":
-        spec = PROFILES["1x-a10g"]
-        gpus = tuple(dataclasses.replace(gpu, name=planted.GPU_NAME) for gpu in spec.gpus)
-        hostile = dataclasses.replace(spec, gpus=gpus)
-        config.stash[NVML_BACKEND_KEY] = FakeNvml(hostile)
     add_fact(config, f"planted{planted.MARKUP}", {planted.MARKUP: planted.URL_WITH_PASSWORD,
                                                   "token": planted.PLAIN_TOKEN, "note": planted.HF_TOKEN})
     if os.environ.get("PREFLIGHT_TEST_STALL") == "report":

@@ -1,8 +1,20 @@
-"""Named machines for the fake NVML, after real ones (figures from the shared captures).
+"""Named machines for the fake NVML C library, after real ones; each says where it comes from.
 
-A profile is data: GPU models, PCI bus ids, NVLink wiring and PCIe layout. ``tests/fakes/nvml.py``
-turns one into a fake ``pynvml`` library. Device names start with "Fake" so a fake can never pass
-for hardware in a report.
+A profile is data: GPU models, PCI bus ids, NVLink wiring, PCIe layout, driver version.
+``tests/fakes/nvml.py`` answers NVML C calls from one. Device names start with "Fake" so a fake can
+never pass for hardware in a report. Captures cited live in ``../shared/fixtures`` (smi/, smi_q/,
+topo/); issues are public GitHub threads.
+
+Figures every profile shares (per GPU model, below):
+
+- "FB Memory Usage" at idle, as ``nvidia-smi -q`` prints it from ``nvmlMemory_v2_t``: H100/H800
+  80 GB: Reserved 516 MiB, Used 0 MiB (smi_q/H800-q-i0-driver525.105.17-...); RTX A6000: Reserved
+  450 MiB, Used 1 MiB (smi_q/RTX-A6000-q-...-driver550.127.05-...); A100 80 GB: Used 1 MiB
+  (smi/8xA100-SXM4-80GB-driver550.163.01-...) and a v1 "used" of 912 MB against 7.8 MB from v2
+  (rust-nvml/nvml-wrapper#57), so about 904 MiB reserved; V100 on driver 418.67 (no v2 call):
+  Used 10 MiB (smi_q/V100-SXM2-32GB-POWER9-q-driver418.67-...).
+- Idle PCIe: PCIe cards train down to Gen1 at idle (smi_q RTX A6000: "Current: 1" of "Max: 4");
+  SXM boards in these captures stay at their maximum (smi_q H800: Gen5 of 5, V100: Gen3 of 3).
 """
 
 from __future__ import annotations
@@ -22,7 +34,7 @@ class GpuSpec:
     name: str
     memory_mib: int
     compute_capability: tuple[int, int]
-    nvlinks: int = 0  # links the GPU has (0: NVLink calls are "not supported")
+    nvlinks: int = 0  # links NVML lists (0: NVLink calls are "not supported")
     nvlink_version: int = 0
     pcie_max: tuple[int, int] = (4, 16)  # (generation, width) the GPU and slot allow
     idle_pcie_gen: int = 4  # PCIe cards drop to Gen1 at idle; SXM boards stay up
@@ -30,24 +42,30 @@ class GpuSpec:
     row_remapping: bool = True  # Ampere and newer remap rows; older GPUs retire pages
     mig_capable: bool = False
     pcie_p2p: bool = True  # P2P over PCIe allowed below the CPU interconnect
+    reserved_mib: int = 0  # FB "Reserved" (driver/firmware) as a 510+ driver reports it
+    idle_used_mib: int = 1  # FB "Used" at idle with no process (v2 call)
 
 
 @dataclass(frozen=True, slots=True)
 class ServerSpec:
-    """A whole machine: GPUs in NVML (PCI bus) order with their wiring."""
+    """A whole machine: GPUs in NVML (PCI bus) order with their wiring, and where it comes from."""
 
     name: str
     description: str
+    source: str
     gpus: tuple[GpuSpec, ...]
     bus_ids: tuple[str, ...]
     sockets: tuple[int, ...]  # CPU socket of each GPU (PCIe: same socket = NODE, else SYS)
     driver: str
     cuda: int
     nvswitch: bool = False  # every GPU's links go to NVSwitches: all pairs NVLink-connected
+    nvswitch_bus_ids: tuple[str, ...] = ()  # PCI bus ids of the NVSwitches (remote end of each link)
     bonds: tuple[tuple[int, int, int], ...] = ()  # direct NVLink bonds (gpu a, gpu b, links)
+    bond_links: tuple[int, ...] = ()  # which link indices carry a bridge (default: the first ones)
     pcie_switches: tuple[int, ...] = ()  # PCIe switch of each GPU (same switch = PIX); empty = none
     mig_enabled: tuple[int, ...] = ()
     mig_devices: int = 0  # MIG devices configured on each MIG-enabled GPU
+    hung_gpus: tuple[int, ...] = ()  # GPUs whose every NVML call blocks for ever
 
 
 H100_SXM = GpuSpec(
@@ -59,6 +77,8 @@ H100_SXM = GpuSpec(
     pcie_max=(5, 16),
     idle_pcie_gen=5,
     mig_capable=True,
+    reserved_mib=516,
+    idle_used_mib=0,
 )
 A100_SXM = GpuSpec(
     "Fake NVIDIA A100-SXM4-80GB",
@@ -69,19 +89,21 @@ A100_SXM = GpuSpec(
     pcie_max=(4, 16),
     idle_pcie_gen=4,
     mig_capable=True,
+    reserved_mib=904,
 )
 A100_PCIE = GpuSpec(
     "Fake NVIDIA A100 80GB PCIe",
     81920,
     (8, 0),
-    nvlinks=12,
+    nvlinks=12,  # listed with or without a bridge (NVIDIA/NVSentinel#1481: "all 12 links" down, no bridge)
     nvlink_version=NVLINK_3_0,
     pcie_max=(4, 16),
     idle_pcie_gen=1,
     mig_capable=True,
+    reserved_mib=904,
 )
-L40S = GpuSpec("Fake NVIDIA L40S", 46068, (8, 9), pcie_max=(4, 16), idle_pcie_gen=1)
-A10G = GpuSpec("Fake NVIDIA A10G", 23028, (8, 6), pcie_max=(4, 16), idle_pcie_gen=1)
+L40S = GpuSpec("Fake NVIDIA L40S", 46068, (8, 9), pcie_max=(4, 16), idle_pcie_gen=1, reserved_mib=450)
+A10G = GpuSpec("Fake NVIDIA A10G", 23028, (8, 6), pcie_max=(4, 16), idle_pcie_gen=1, reserved_mib=450)
 V100_SXM2 = GpuSpec(
     "Fake Tesla V100-SXM2-16GB",
     16160,
@@ -91,15 +113,34 @@ V100_SXM2 = GpuSpec(
     pcie_max=(3, 16),
     idle_pcie_gen=3,
     row_remapping=False,
+    idle_used_mib=10,
 )
-RTX_A6000 = GpuSpec("Fake NVIDIA RTX A6000", 46068, (8, 6), pcie_max=(4, 16), idle_pcie_gen=1, ecc_enabled=False)
+RTX_A6000 = GpuSpec(
+    "Fake NVIDIA RTX A6000", 46068, (8, 6), pcie_max=(4, 16), idle_pcie_gen=1, ecc_enabled=False, reserved_mib=450
+)
 H100_PCIE = GpuSpec(
     "Fake NVIDIA H100 PCIe",
     81559,
     (9, 0),
+    nvlinks=18,  # 18 link indices on H100 PCIe-class cards (Azure/azurehpc-health-checks#162)
+    nvlink_version=NVLINK_4_0,
     pcie_max=(5, 16),
     idle_pcie_gen=1,
     mig_capable=True,
+    reserved_mib=516,
+    idle_used_mib=0,
+)
+H100_NVL = GpuSpec(
+    "Fake NVIDIA H100 NVL",
+    95830,  # nvidia-smi lists "95830MiB" for H100 NVL
+    (9, 0),
+    nvlinks=18,
+    nvlink_version=NVLINK_4_0,
+    pcie_max=(5, 16),
+    idle_pcie_gen=1,
+    mig_capable=True,
+    reserved_mib=516,
+    idle_used_mib=0,
 )
 
 # DGX-1 V100 hybrid cube mesh as wired in shared/fixtures/topo/8xV100-SXM2-16GB-hybrid-cube-mesh-*.
@@ -121,6 +162,23 @@ _V100_CUBE_MESH = (
     (5, 7, 1),
     (6, 7, 1),
 )
+# NVSwitches of an HGX board appear as their own PCI domains at the far end of each GPU link
+# (NVIDIA/go-nvml#166: "Link 0: Remote Device 00000008:00:00.0" on an A100 SXM4 node).
+_HGX_H100_SWITCHES = ("00000005:00:00.0", "00000006:00:00.0", "00000007:00:00.0", "00000008:00:00.0")
+_HGX_A100_SWITCHES = tuple(f"0000000{d}:00:00.0" for d in range(6, 10)) + ("0000000A:00:00.0", "0000000B:00:00.0")
+_A100_SXM_8_BUS_IDS = (
+    "00000000:3F:00.0",
+    "00000000:44:00.0",
+    "00000000:62:00.0",
+    "00000000:68:00.0",
+    "00000000:A9:00.0",
+    "00000000:AD:00.0",
+    "00000000:D2:00.0",
+    "00000000:D5:00.0",
+)
+# Links an Azure NCv5 H100 NVL bridge leaves unused by design (Azure/azurehpc-health-checks#162:
+# "Link 4/5/10/11/16: Inactive", 12 of 18 usable).
+_NCV5_BRIDGE_LINKS = (0, 1, 2, 3, 6, 7, 8, 9, 12, 13, 14, 15)
 
 PROFILES: dict[str, ServerSpec] = {
     spec.name: spec
@@ -128,6 +186,7 @@ PROFILES: dict[str, ServerSpec] = {
         ServerSpec(
             "8x-h100-sxm",
             "HGX/DGX H100: 8 GPUs, 18 NVLink 4.0 links each to NVSwitches",
+            "topo/8xH100-AWS-p5.48xlarge-NV18-... (NV18 every pair, two sockets); idle memory of smi_q/H800",
             (H100_SXM,) * 8,
             (
                 "00000000:18:00.0",
@@ -143,29 +202,24 @@ PROFILES: dict[str, ServerSpec] = {
             "550.54.15",
             12040,
             nvswitch=True,
+            nvswitch_bus_ids=_HGX_H100_SWITCHES,
         ),
         ServerSpec(
             "8x-a100-sxm",
             "HGX A100 80GB: 8 GPUs, 12 NVLink 3.0 links each to NVSwitches",
+            "smi/8xA100-SXM4-80GB-driver550.163.01-cuda12.4 (driver, 1 MiB used); topo/8xA100-SXM4-80GB-NV12-...",
             (A100_SXM,) * 8,
-            (
-                "00000000:3F:00.0",
-                "00000000:44:00.0",
-                "00000000:62:00.0",
-                "00000000:68:00.0",
-                "00000000:A9:00.0",
-                "00000000:AD:00.0",
-                "00000000:D2:00.0",
-                "00000000:D5:00.0",
-            ),
+            _A100_SXM_8_BUS_IDS,
             (0, 0, 0, 0, 1, 1, 1, 1),
             "550.163.01",
             12040,
             nvswitch=True,
+            nvswitch_bus_ids=_HGX_A100_SWITCHES,
         ),
         ServerSpec(
             "4x-a100-pcie-bridged",
             "Azure NC96ads A100 v4: 4 PCIe A100, NVLink bridges on 0-1 and 2-3",
+            "topo/4xA100-80GB-PCIe-NV12-bridge-pairs-Azure-NC96ads (NV12 pairs, SYS between, 4 NUMA nodes)",
             (A100_PCIE,) * 4,
             ("00000001:00:00.0", "00000002:00:00.0", "00000003:00:00.0", "00000004:00:00.0"),
             (0, 1, 2, 3),
@@ -174,8 +228,46 @@ PROFILES: dict[str, ServerSpec] = {
             bonds=((0, 1, 12), (2, 3, 12)),
         ),
         ServerSpec(
+            "4x-a100-pcie-no-bridge",
+            "4 PCIe A100 80GB without NVLink bridges: NVML lists 12 links per GPU, every one inactive",
+            "NVIDIA/NVSentinel#1481 (A100 80GB PCIe, no bridge, driver 570.133.20: all 12 links down); "
+            "NVIDIA/DCGM#49 (every NvLink link down on A100 without NVLink); PCIe layout of "
+            "topo/4xL40S-NODE-SYS-2NICs-no-NVLink (NODE within a socket, SYS across)",
+            (A100_PCIE,) * 4,
+            ("00000000:17:00.0", "00000000:31:00.0", "00000000:B1:00.0", "00000000:CA:00.0"),
+            (0, 0, 1, 1),
+            "570.133.20",
+            12080,
+        ),
+        ServerSpec(
+            "2x-h100-pcie-no-bridge",
+            "2 H100 PCIe without an NVLink bridge: 18 links listed per GPU, every one inactive",
+            "issue 14 item 1 (18 inactive links on H100 PCIe, NVIDIA/NVSentinel#1481, NVIDIA/DCGM#49); "
+            "18 link indices per card: Azure/azurehpc-health-checks#162",
+            (H100_PCIE,) * 2,
+            ("00000000:4F:00.0", "00000000:52:00.0"),
+            (0, 0),
+            "550.127.05",
+            12040,
+        ),
+        ServerSpec(
+            "2x-h100-nvl-bridged",
+            "Azure NC80adis H100 v5: 2 H100 NVL, one bridge using 12 of the 18 links (6 inactive by design)",
+            "Azure/azurehpc-health-checks#162 (NCv5: links 4, 5, 10, 11, 16 inactive, 12 of 18 usable); "
+            "NV12 between an H100 NVL pair: NVIDIA/open-gpu-kernel-modules#1333",
+            (H100_NVL,) * 2,
+            ("00000001:00:00.0", "00000002:00:00.0"),
+            (0, 0),
+            "550.127.05",
+            12040,
+            bonds=((0, 1, 12),),
+            bond_links=_NCV5_BRIDGE_LINKS,
+        ),
+        ServerSpec(
             "8x-l40s",
             "8x L40S PCIe server, two sockets, no NVLink",
+            "L40S has no NVLink (NVML answers NOT_SUPPORTED, NVIDIA/NVSentinel#1481); PIX pairs as in "
+            "topo/8xGPU-PCIe-PIX-PHB-SYS-no-NIC",
             (L40S,) * 8,
             (
                 "00000000:01:00.0",
@@ -195,6 +287,7 @@ PROFILES: dict[str, ServerSpec] = {
         ServerSpec(
             "1x-a10g",
             "AWS g5.xlarge: one A10G",
+            "AWS g5.xlarge (bus id 00000000:00:1E.0); idle memory figures of the RTX A6000 capture (same GA10x family)",
             (A10G,),
             ("00000000:00:1E.0",),
             (0,),
@@ -204,18 +297,23 @@ PROFILES: dict[str, ServerSpec] = {
         ServerSpec(
             "4x-a100-sxm-mixed-mig",
             "4x A100 SXM, MIG enabled on GPUs 0 and 1 (two 3g.40gb each)",
+            "mixed MIG/non-MIG nodes: fixtures/INDEX.md (nvidia-smi MIG M. column, MIG devices table); "
+            "MIG-<uuid> names since R470 (CUDA environment variables docs)",
             (A100_SXM,) * 4,
             ("00000000:07:00.0", "00000000:0B:00.0", "00000000:48:00.0", "00000000:4C:00.0"),
             (0, 0, 0, 0),
             "535.129.03",
             12020,
             nvswitch=True,
+            nvswitch_bus_ids=_HGX_A100_SWITCHES,
             mig_enabled=(0, 1),
             mig_devices=2,
         ),
         ServerSpec(
             "8x-v100-sxm2",
-            "DGX-1 V100: hybrid cube mesh, 6 NVLink 2.0 links per GPU, retired pages",
+            "DGX-1 V100: hybrid cube mesh, 6 NVLink 2.0 links per GPU, retired pages, driver 418",
+            "topo/8xV100-SXM2-16GB-hybrid-cube-mesh-TABS-... (wiring); smi_q/V100-SXM2-32GB-POWER9-q-driver418.67 "
+            "(driver, 10 MiB used at idle, no Reserved line)",
             (V100_SXM2,) * 8,
             (
                 "00000000:06:00.0",
@@ -233,8 +331,52 @@ PROFILES: dict[str, ServerSpec] = {
             bonds=_V100_CUBE_MESH,
         ),
         ServerSpec(
+            "8x-a100-sxm-driver470",
+            "HGX A100 80GB on driver 470: no _v3 process call, no memory v2, no clocks-event call",
+            "driver 470.161.03 lacks nvmlDeviceGetComputeRunningProcesses_v3 (rust-nvml/nvml-wrapper#46); "
+            "memory v2 and process v3 arrived in 510.39.01 (NVIDIA/nvidia-settings#78, XuehaiPan/nvitop#89); "
+            "'Clocks Event Reasons' replaced 'Clocks Throttle Reasons' in 535 (fixtures/INDEX.md smi_q notes)",
+            (A100_SXM,) * 8,
+            _A100_SXM_8_BUS_IDS,
+            (0, 0, 0, 0, 1, 1, 1, 1),
+            "470.161.03",
+            11040,
+            nvswitch=True,
+            nvswitch_bus_ids=_HGX_A100_SWITCHES,
+        ),
+        ServerSpec(
+            "2x-h100-nvl-hung",
+            "2 H100 NVL on an NV12 bridge whose GPU 1 driver lock is orphaned: every NVML call on it blocks",
+            "NVIDIA/open-gpu-kernel-modules#1333 (H100 NVL pair, driver 595.71.05: all subsequent NVML calls hang "
+            "in D state); NVIDIA/go-nvml#152 (nvml init hangs, 570.148.08); leptonai/gpud#117 (nvidia-smi stuck)",
+            (H100_NVL,) * 2,
+            ("00000000:41:00.0", "00000000:61:00.0"),
+            (0, 0),
+            "595.71.05",
+            13000,
+            bonds=((0, 1, 12),),
+            bond_links=_NCV5_BRIDGE_LINKS,
+            hung_gpus=(1,),
+        ),
+        ServerSpec(
+            "1x-h100-pod-memory-held",
+            "One H100 in a Kubernetes pod: 74 GB in use, no process visible (another pid namespace holds it)",
+            "smi/1xH100-k8s-pod-driver580.105.08-cuda13.0-memory-used-but-no-processes (74199 of 81559 MiB, "
+            "'No running processes found')",
+            (GpuSpec("Fake NVIDIA H100 80GB HBM3", 81559, (9, 0), nvlinks=18, nvlink_version=NVLINK_4_0,
+                     pcie_max=(5, 16), idle_pcie_gen=5, mig_capable=True, reserved_mib=516, idle_used_mib=74199),),
+            ("00000000:B9:00.0",),
+            (0,),
+            "580.105.08",
+            13000,
+            nvswitch=True,
+            nvswitch_bus_ids=_HGX_H100_SWITCHES,
+        ),
+        ServerSpec(
             "2x-mixed-a6000-h100",
-            "Workstation: an RTX A6000 at the lower bus id, an H100 PCIe after it",
+            "Workstation: an RTX A6000 at the lower bus id, an H100 PCIe (no bridge) after it",
+            "smi/1xRTX-A6000-workstation-driver535.171.04 (A6000 without ECC, persistence, PCIe Gen1 idle); "
+            "driver of smi/9xRTX-A6000-driver550.127.05",
             (RTX_A6000, H100_PCIE),
             ("00000000:17:00.0", "00000000:65:00.0"),
             (0, 0),
@@ -244,4 +386,16 @@ PROFILES: dict[str, ServerSpec] = {
     )
 }
 
-HEALTHY_PROFILES = ("8x-h100-sxm", "8x-a100-sxm", "4x-a100-pcie-bridged", "8x-l40s", "1x-a10g", "8x-v100-sxm2")
+HEALTHY_PROFILES = (
+    "8x-h100-sxm",
+    "8x-a100-sxm",
+    "4x-a100-pcie-bridged",
+    "4x-a100-pcie-no-bridge",
+    "2x-h100-pcie-no-bridge",
+    "2x-h100-nvl-bridged",
+    "8x-l40s",
+    "1x-a10g",
+    "8x-v100-sxm2",
+    "8x-a100-sxm-driver470",
+)
+"""Machines with nothing wrong: every check must PASS or SKIP (the layout check may WARN on PCIe)."""

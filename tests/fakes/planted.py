@@ -37,7 +37,8 @@ MARKUP = "<script>alert('pf')</script><img src=x onerror=alert(1)>\"'><svg onloa
 """Hostile markup: must come out escaped wherever it lands in the HTML."""
 
 HOSTNAME = f"gpu-node<script>alert('host')</script>{MARKUP}"
-GPU_NAME = f"NVIDIA H100 80GB HBM3 {MARKUP}"
+GPU_NAME = "NVIDIA H100 <script>alert('gpu')</script><img src=x onerror=alert(1)>\"'></pre>"
+"""Hostile markup in a GPU name that fits NVML's name buffer (NVML_DEVICE_NAME_V2_BUFFER_SIZE, 96 bytes)."""
 
 ENVIRONMENT = {
     "HF_TOKEN": HF_TOKEN,

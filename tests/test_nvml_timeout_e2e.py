@@ -1,0 +1,49 @@
+"""Issue 14 item 5: a hung NVML never hangs the run. ``preflight`` in a child process, over a fake
+NVML whose GPU 1 blocks every call (NVIDIA/open-gpu-kernel-modules#1333)."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from preflight.locations import checks_dir
+from tests.conftest import REPO_ROOT, validate_report
+from tests.test_cli import preflight
+
+pytestmark = pytest.mark.subprocess
+
+NVML_TIMEOUT_S = 5
+RUN_TIMEOUT_S = 120
+
+
+def test_a_hung_nvml_is_reported_once_and_every_other_check_still_reports(tmp_path: Path) -> None:
+    if checks_dir() != (REPO_ROOT / "checks").resolve():
+        pytest.skip(f"preflight.checks resolves to {checks_dir()}, another checkout")
+    out = tmp_path / "reports"
+    started = time.monotonic()
+    result = preflight(
+        "--report-dir", str(out), "--nvml-timeout", str(NVML_TIMEOUT_S), "--timeout", str(RUN_TIMEOUT_S),
+        "-m", "not distributed", "--", "-p", "tests.fakes.nvml_plugin", "--fake-nvml=2x-h100-nvl-hung",
+        cwd=tmp_path, timeout=RUN_TIMEOUT_S + 60,
+    )
+    elapsed = time.monotonic() - started
+    assert result.returncode == 1, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "Traceback" not in result.stdout + result.stderr
+    report = json.loads((out / "preflight.json").read_text())
+    validate_report(report)
+    checks = report["checks"]
+    timed_out = [c for c in checks if c.get("code") == "NVML_TIMEOUT"]
+    assert [c["name"] for c in timed_out] == ["test_nvml"]
+    assert timed_out[0]["status"] == "FAIL" and f"within {NVML_TIMEOUT_S} s" in timed_out[0]["summary"]
+    assert report["node"]["gpus"]["error"].startswith("NVML_TIMEOUT")
+    assert report["verdict"] == "NOT READY"
+    assert len(checks) > 20 and all(c["status"] in ("PASS", "WARN", "FAIL", "SKIP", "ERROR") for c in checks)
+    gpu_checks = [c for c in checks if c["name"].endswith("[nogpu]")]
+    assert gpu_checks and all(c["status"] == "SKIP" and "NVML did not answer" in c["summary"] for c in gpu_checks)
+    assert any(c["status"] == "PASS" for c in checks)  # the host checks ran on
+    # the NVML child was killed at its deadline (plus start-up), and the whole run stayed bounded
+    assert NVML_TIMEOUT_S <= report["node"]["gpus"]["nvml_walk_s"] < NVML_TIMEOUT_S + 5
+    assert elapsed < RUN_TIMEOUT_S + 30, f"the run took {elapsed:.0f} s"
