@@ -192,7 +192,7 @@ def test_the_report_is_valid_and_real_checks_still_work(leaky_run: dict[str, Any
         assert "could not download https://deploy:[REDACTED]@artifacts.example/simple" in ddp["summary"]
     else:
         assert statuses["test_gpu_count"] == "PASS" and statuses["test_gpu_ecc[gpu0]"] == "PASS"
-        assert [row["name"] for row in report["node"]["gpus"]["table"]] == [planted.GPU_NAME]
+        assert [gpu["name"] for gpu in report["node"]["gpus"]["gpus"]] == [planted.GPU_NAME]
 
 
 # ---------------------------------------------------------------------------------------------
