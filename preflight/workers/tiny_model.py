@@ -77,10 +77,14 @@ class TinyTransformer(nn.Module):
         self.head = nn.Linear(spec.dim, spec.vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits of shape (batch * seq, vocab). Flat on purpose: a linear layer over a 3-D input returns a
+        view of its 2-D result, and FSDP2 warns on every forward of a wrapped module that returns a view
+        (torch 2.13, ``_fsdp_state.py`` ``_register_pre_backward_hook``), which ``PYTHONWARNINGS=error``
+        turns into a crash of preflight's own rehearsal."""
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
-        logits: torch.Tensor = self.head(self.norm(x))
+        logits: torch.Tensor = self.head(self.norm(x).flatten(0, 1))
         return logits
 
 
