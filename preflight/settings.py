@@ -11,6 +11,8 @@ from typing import Any
 from preflight.options import Option, positive_float, positive_int
 
 PROFILES = ("quick", "full")
+DEFAULT_LAUNCH_S = 120.0
+"""A launch's deadline when neither ``--launch-timeout`` nor the launch says otherwise."""
 
 CORE_OPTIONS: list[Option] = [
     Option(name="report-dir", help="where preflight.json, preflight.html and logs are written (default ./reports)",
@@ -23,8 +25,8 @@ CORE_OPTIONS: list[Option] = [
            type=positive_int, metavar="N"),
     Option(name="timeout", help="overall deadline for the whole run in seconds (default 300)", type=positive_float,
            default=300.0, metavar="SECONDS"),
-    Option(name="launch-timeout", help="deadline for each distributed launch in seconds (default 120)",
-           type=positive_float, default=120.0, metavar="SECONDS"),
+    Option(name="launch-timeout", help="deadline for each distributed launch in seconds (default: what each launch "
+           "needs, 90-120 s; never past --timeout)", type=positive_float, metavar="SECONDS"),
     Option(name="strict", help="warnings make the exit code 1", flag=True, default=False),
 ]
 
@@ -38,7 +40,7 @@ class Settings:
     nproc: int | None
     expect_gpus: int | None
     timeout_s: float
-    launch_timeout_s: float
+    launch_timeout_s: float | None
     strict: bool
     started: float = field(default_factory=time.monotonic)
     options: Mapping[str, Any] = field(default_factory=dict)
@@ -52,7 +54,7 @@ class Settings:
             nproc=values.get("nproc"),
             expect_gpus=values.get("expect_gpus"),
             timeout_s=float(values.get("timeout") or 300.0),
-            launch_timeout_s=float(values.get("launch_timeout") or 120.0),
+            launch_timeout_s=float(values["launch_timeout"]) if values.get("launch_timeout") else None,
             strict=bool(values.get("strict")),
             started=started if started is not None else time.monotonic(),
             options=dict(values),
@@ -72,6 +74,7 @@ class Settings:
         return self.timeout_s - (time.monotonic() - self.started)
 
     def launch_deadline_s(self, wanted: float | None = None) -> float:
-        """Deadline for one launch: what the launch wants, capped by the launch timeout and the time left."""
-        cap = min(wanted or self.launch_timeout_s, self.launch_timeout_s)
-        return max(1.0, min(cap, self.remaining_s() - 5.0))
+        """Deadline for one launch: ``--launch-timeout`` when given (it is the deadline of each launch, longer
+        or shorter than what the launch wants), else what the launch wants; never past the run's deadline."""
+        chosen = self.launch_timeout_s if self.launch_timeout_s is not None else (wanted or DEFAULT_LAUNCH_S)
+        return max(1.0, min(chosen, self.remaining_s() - 5.0))
