@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -212,6 +213,20 @@ def assert_no_cuda_mismatch(name=""):
         return True
 """
 OLD_BUILDER = "def assert_no_cuda_mismatch():\n    pass\n"
+JIT_CHECKING_BUILDER = """
+def assert_no_cuda_mismatch(name=""):
+    pass
+class TorchCPUOpBuilder:
+    def is_cuda_enable(self):
+        try:
+            assert_no_cuda_mismatch(self.name)
+            return '-D__ENABLE_CUDA__'
+        except BaseException:
+            return '-D__DISABLE_CUDA__'
+class CUDAOpBuilder:
+    def builder(self):
+        assert_no_cuda_mismatch(self.name)
+"""
 
 
 def test_parse_deepspeed_rule_variants() -> None:
@@ -225,6 +240,11 @@ def test_parse_deepspeed_rule_variants() -> None:
     assert "unknown DeepSpeed layout" in (parse_deepspeed_rule("x = 1\n", "y.py")[1] or "")
     dynamic = "cuda_minor_mismatch_ok = make()\ndef assert_no_cuda_mismatch(): pass\n"
     assert "not a literal" in (parse_deepspeed_rule(dynamic, "z.py")[1] or "")
+    jit, _ = parse_deepspeed_rule(JIT_CHECKING_BUILDER, "older.py")  # an older layout (is_cuda_enable)
+    assert jit is not None and jit.checked_in_jit
+    builder_only = "class CUDAOpBuilder:\n    def builder(self):\n        assert_no_cuda_mismatch()\n"
+    aot_only, _ = parse_deepspeed_rule(JIT_CHECKING_BUILDER.split("class TorchCPUOpBuilder")[0] + builder_only, "new.py")
+    assert aot_only is not None and not aot_only.checked_in_jit
 
 
 def test_probe_deepspeed_reads_files_without_importing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,9 +257,13 @@ def test_probe_deepspeed_reads_files_without_importing(tmp_path: Path, monkeypat
     assert facts.skip_enabled
     assert facts.rule is not None and facts.rule.minor_mismatch_ok[12] == ("12.0", "12.1", "12.4")
     assert facts.prebuilt_ops == ("cpu_adam",) and facts.prebuilt_cuda == "12.1"
+    assert facts.prebuilt_torch == "2.4" and facts.prebuilt_accelerator == "cuda"
+    assert probe_deepspeed({"DS_ACCELERATOR": "cpu"}).accelerator_env == "cpu"
 
 
 def test_probe_deepspeed_absent_and_skip_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # a Python whose path has no DeepSpeed (the test environment's own is installed for the ZeRO tests)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if not p.endswith("site-packages")])
     facts = probe_deepspeed({"DS_SKIP_CUDA_CHECK": "true"})
     assert not facts.installed and facts.skip_cuda_check == "true" and not facts.skip_enabled
     site = fake_deepspeed(tmp_path / "site", "0.9.0", None)
