@@ -9,12 +9,13 @@ from preflight.judge.toolkit import (
     jit_build_skip_reason,
     judge_build_tools,
     judge_cuda_home_vs_path,
+    judge_deepspeed_accelerator,
     judge_deepspeed_cuda,
     judge_jit_build,
     judge_toolkit,
 )
 from preflight.outcome import skip
-from preflight.probe.jit_build import run_jit_build
+from preflight.probe.deepspeed_ops import fresh_jit_build
 
 
 def test_torch_cuda_build(record, toolkit_facts, cuda_node):
@@ -52,8 +53,13 @@ def test_cuda_home_matches_path(record, toolkit_facts):
 
 
 def test_deepspeed_accepts_toolkit(record, toolkit_facts, frameworks):
-    """DeepSpeed's op builder accepts the toolkit for torch's CUDA"""
+    """DeepSpeed's op builder accepts the toolkit for torch's CUDA (on the path it takes: JIT or pre-built)"""
     record(judge_deepspeed_cuda(toolkit_facts, frameworks))
+
+
+def test_deepspeed_accelerator(record, toolkit_facts, cuda_node, frameworks):
+    """DeepSpeed picks the accelerator the node has (DS_ACCELERATOR does not override it)"""
+    record(judge_deepspeed_accelerator(toolkit_facts, cuda_node.gpu_count, frameworks))
 
 
 def test_jit_build_tools(record, toolkit_facts, frameworks):
@@ -63,10 +69,10 @@ def test_jit_build_tools(record, toolkit_facts, frameworks):
 
 @pytest.mark.slow
 def test_deepspeed_jit_build(record, toolkit_facts, settings):
-    """DeepSpeed JIT-builds one CUDA op (fused_adam) with this node's toolkit"""
+    """DeepSpeed JIT-builds its fused Adam from scratch with this node's compilers (nvcc on its CUDA accelerator)"""
     reason = jit_build_skip_reason(toolkit_facts)
     if reason is not None:
         record(skip(reason))
         return
     deadline = min(float(settings.option("jit_build_timeout") or 600.0), max(1.0, settings.remaining_s() - 5.0))
-    record(judge_jit_build(toolkit_facts, run_jit_build(timeout_s=deadline)))
+    record(judge_jit_build(toolkit_facts, fresh_jit_build(timeout_s=deadline)))

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.judge.strategies import judge_strategy
+from preflight.judge.op_build import judge_op_build, op_build_blocker
+from preflight.judge.strategies import TITLES, ZERO_STRATEGIES, judge_strategy
 from preflight.outcome import skip
 
 STRATEGY_WANTED_S = 120.0
@@ -21,17 +22,33 @@ def worker_args(strategy: str, steps: int, checkpoint_dir: Path) -> list[str]:
     return args + ["--stage", strategy.removeprefix("zero")] if strategy.startswith("zero") else args
 
 
+def test_deepspeed_ops(record, strategies, strategy_blocker, deepspeed_ops):
+    """DeepSpeed builds the ops the ZeRO rehearsal loads (ahead of its launch, in preflight's own cache)"""
+    wanted = [name for name in ZERO_STRATEGIES if name in strategies and strategy_blocker(name) is None]
+    if not wanted:
+        reasons = [strategy_blocker(name) for name in ZERO_STRATEGIES if name in strategies]
+        record(skip(next((r for r in reasons if r), "no ZeRO strategy selected (--strategy zero1,zero2,zero3)")))
+        return
+    record(judge_op_build(deepspeed_ops()))
+
+
 @pytest.mark.distributed
 @pytest.mark.parametrize("strategy", ["fsdp", "zero1", "zero2", "zero3"])
-def test_strategy_step(record, settings, strategy, strategies, strategy_blocker, strategy_workers, launch_worker):
+def test_strategy_step(record, settings, strategy, strategies, strategy_blocker, strategy_workers, launch_worker,
+                       deepspeed_ops):
     """A few training steps and a checkpoint round trip with the job's strategy"""
     strategies.require(strategy)
     reason = strategy_blocker(strategy)
+    env: dict[str, str | None] = {}
+    if reason is None and strategy in ZERO_STRATEGIES:
+        ops = deepspeed_ops()
+        reason = op_build_blocker(ops, TITLES[strategy])
+        env.update(ops.launch_env())
     if reason is not None:
         record(skip(reason))
         return
     steps = QUICK_STEPS if settings.quick else FULL_STEPS
     with tempfile.TemporaryDirectory(prefix=f"preflight-{strategy}-checkpoint-") as scratch:
-        launch = launch_worker(strategy_workers[strategy], name=strategy, wanted_s=STRATEGY_WANTED_S,
+        launch = launch_worker(strategy_workers[strategy], name=strategy, wanted_s=STRATEGY_WANTED_S, env=env,
                                args=worker_args(strategy, steps, Path(scratch) / "checkpoint"))
     record(judge_strategy(launch, strategy))

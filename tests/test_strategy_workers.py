@@ -1,5 +1,5 @@
-"""The strategy workers on real torchrun with gloo ranks: FSDP2 for real, ZeRO through a stand-in
-for DeepSpeed (tests/fakes/deepspeed_stub), and injected faults judged as the report shows them."""
+"""The strategy workers on real torchrun with gloo ranks: FSDP2 and ZeRO (real DeepSpeed, its CPU
+accelerator) for real, and injected faults judged as the report shows them."""
 
 from __future__ import annotations
 
@@ -9,17 +9,20 @@ from pathlib import Path
 import pytest
 import torch
 
-from preflight.judge.strategies import judge_strategy
+from preflight.judge.strategies import FSDP2_CPU_MIN_TORCH, judge_strategy
 from preflight.launch.torchrun import launch
 from preflight.outcome import Status
+from preflight.probe.deepspeed_ops import build_ops
 from preflight.workers import phases
 
 from tests.conftest import REPO_ROOT
 
 pytestmark = pytest.mark.subprocess
 
-DEEPSPEED_STUB = Path(__file__).resolve().parent / "fakes" / "deepspeed_stub"
 HANG_DEADLINE_S = 45
+ZERO_DEADLINE_S = 300  # a ZeRO launch takes 13-15 s on a quiet machine, minutes on a loaded one
+OP_BUILD_TIMEOUT_S = 1500  # a first build of the CPU ops (only the first test on a machine pays it)
+MISSING_HEADER = "/nonexistent/preflight-missing-header.h"
 
 
 def _numpy_usable() -> bool:
@@ -32,12 +35,15 @@ def _numpy_usable() -> bool:
 
 needs_numpy = pytest.mark.skipif(not _numpy_usable(), reason="torch.distributed.checkpoint needs numpy, which this "
                                  "environment lacks (pip install numpy)")
+needs_fsdp2_on_cpu = pytest.mark.skipif(
+    torch.cuda.device_count() == 0 and tuple(int(p) for p in torch.__version__.split(".")[:2]) < FSDP2_CPU_MIN_TORCH,
+    reason=f"torch {torch.__version__} cannot run FSDP2 on CPU ranks (needs 2.7)")
 
 
 @pytest.fixture(autouse=True)
 def _importable_tests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ranks must import tests.workers.faulty_strategies and the DeepSpeed stand-in."""
-    paths = [str(REPO_ROOT), str(DEEPSPEED_STUB), os.environ.get("PYTHONPATH")]
+    """Ranks must import tests.workers.faulty_strategies and tests.workers.faulty_zero."""
+    paths = [str(REPO_ROOT), os.environ.get("PYTHONPATH")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
 
 
@@ -49,6 +55,7 @@ def _fsdp(tmp_path: Path, fault: str | None = None, deadline_s: float = 150) -> 
 
 
 @needs_numpy
+@needs_fsdp2_on_cpu
 def test_fsdp2_on_two_gloo_ranks_trains_and_round_trips_its_sharded_checkpoint(tmp_path):
     result = _fsdp(tmp_path)
     assert result.ok, result.describe() + result.launcher_tail
@@ -68,12 +75,14 @@ def test_fsdp2_on_two_gloo_ranks_trains_and_round_trips_its_sharded_checkpoint(t
             ("checkpoint_save_time", None), ("checkpoint_size", None)} <= names
 
 
+@needs_fsdp2_on_cpu
 def test_a_rank_whose_parameters_diverge_is_named(tmp_path):
     verdict = judge_strategy(_fsdp(tmp_path, "diverge:1"), "fsdp")
     assert verdict.status is Status.FAIL and verdict.code == "FSDP_RANKS_DIVERGED"
     assert "rank 1" in verdict.summary and "gathered parameters" in verdict.summary
 
 
+@needs_fsdp2_on_cpu
 def test_without_numpy_the_steps_pass_and_the_checkpoint_round_trip_warns(tmp_path):
     verdict = judge_strategy(_fsdp(tmp_path, "no-numpy:0"), "fsdp")
     assert verdict.status is Status.WARN and verdict.code == "FSDP_CHECKPOINT_NEEDS_NUMPY"
@@ -82,6 +91,7 @@ def test_without_numpy_the_steps_pass_and_the_checkpoint_round_trip_warns(tmp_pa
 
 
 @needs_numpy
+@needs_fsdp2_on_cpu
 def test_a_save_skipped_on_one_rank_hangs_the_others_and_says_saves_are_collective(tmp_path):
     result = _fsdp(tmp_path, "skip-save:1", deadline_s=HANG_DEADLINE_S)
     assert result.timed_out and result.leftovers == ()
@@ -93,6 +103,7 @@ def test_a_save_skipped_on_one_rank_hangs_the_others_and_says_saves_are_collecti
 
 
 @needs_numpy
+@needs_fsdp2_on_cpu
 def test_a_checkpoint_that_loads_back_different_is_a_mismatch(tmp_path):
     verdict = judge_strategy(_fsdp(tmp_path, "corrupt:1"), "fsdp")
     assert verdict.status is Status.FAIL and verdict.code == "FSDP_CHECKPOINT_MISMATCH"
@@ -101,35 +112,55 @@ def test_a_checkpoint_that_loads_back_different_is_a_mismatch(tmp_path):
     assert "probe loss" in verdict.summary
 
 
-def _zero(tmp_path: Path, stage: int, fake: str | None = None, deadline_s: float = 150) -> object:
-    env = {"PREFLIGHT_FAKE_DEEPSPEED": fake} if fake else {}
-    return launch("preflight.workers.zero", nproc=2, deadline_s=deadline_s, env_overrides=env,
-                  run_dir=tmp_path / "run", args=["--stage", str(stage), "--steps", "3", "--checkpoint-dir",
-                                                 str(tmp_path / "checkpoint")])
+@pytest.fixture(scope="module")
+def ops_env() -> dict[str, str]:
+    """The rehearsal's ops built (or found) in preflight's own cache, as preflight does before a launch."""
+    built = build_ops(timeout_s=OP_BUILD_TIMEOUT_S)
+    assert built.ok, built.tail()
+    return built.launch_env()
 
 
-def test_the_zero_worker_steps_saves_on_every_rank_and_verifies_the_load(tmp_path):
-    result = _zero(tmp_path, 3)
+def _zero(tmp_path: Path, stage: int, env: dict[str, str], worker: str = "preflight.workers.zero",
+          deadline_s: float = ZERO_DEADLINE_S) -> object:
+    return launch(worker, nproc=2, deadline_s=deadline_s, env_overrides=env, run_dir=tmp_path / "run",
+                  args=["--stage", str(stage), "--steps", "3", "--checkpoint-dir", str(tmp_path / "checkpoint")])
+
+
+@needs_numpy
+def test_zero3_runs_for_real_on_cpu_ranks_and_reloads_its_checkpoint_exactly(tmp_path, ops_env):
+    result = _zero(tmp_path, 3, ops_env)
     assert result.ok, result.describe() + result.launcher_tail
-    first = result.ranks[0].result["result"]
+    first, second = (r.result["result"] for r in result.ranks)
     assert first["strategy"] == "zero3" and first["config"]["zero_optimization"]["stage"] == 3
     assert first["config"]["train_batch_size"] == 2 * 2 * 4  # ranks x accumulation x micro batch
-    assert first["api"] == "deepspeed 0.0.0+preflight.fake"
-    assert first["checkpoint"]["mismatched_count"] == 0 and first["checkpoint"]["differed_before_load"]
+    assert first["api"] == "deepspeed 0.19.8" and first["accelerator"] == "cpu" and first["precision"] == "fp32"
+    assert [op["op"] for op in first["ops"]] == ["deepspeed_shm_comm", "fused_adam"]  # built ahead, only loaded
+    assert first["losses"] == second["losses"] and first["param_sha256"] == second["param_sha256"]
+    for rank in (first, second):
+        assert rank["checkpoint"]["mismatched_count"] == 0 and rank["checkpoint"]["differed_before_load"]
     verdict = judge_strategy(result, "zero3")
     assert verdict.status is Status.PASS, verdict.summary
-    assert "ZeRO-3" in verdict.summary
+    assert "ZeRO-3" in verdict.summary and "loaded back exactly" in verdict.summary
+    assert "DeepSpeed's cpu accelerator, its ops (deepspeed_shm_comm, fused_adam) loaded in" in verdict.summary
 
 
-def test_a_failed_op_build_is_reported_with_the_compilers_message(tmp_path):
-    verdict = judge_strategy(_zero(tmp_path, 2, "build-fails"), "zero2")
-    assert verdict.status is Status.FAIL and verdict.code == "ZERO2_OP_BUILD_FAILED"
-    assert "'fused_adam'" in verdict.summary and "nvcc fatal   : Unsupported gpu architecture" in verdict.summary
-    assert "CUDA toolkit" in verdict.remediation
+def test_a_failed_op_build_in_a_rank_is_reported_with_the_compilers_message(tmp_path):
+    """No build ahead of the launch and a compiler that fails for real: the rank quotes it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "g++").write_text(f'#!/bin/sh\nexec /usr/bin/g++ -include {MISSING_HEADER} "$@"\n')
+    (bin_dir / "g++").chmod(0o755)
+    env = {"TORCH_EXTENSIONS_DIR": str(tmp_path / "fresh-extensions"), "CXX": str(bin_dir / "g++")}
+    verdict = judge_strategy(_zero(tmp_path, 2, env), "zero2")
+    assert verdict.status is Status.FAIL and verdict.code == "ZERO2_OP_BUILD_FAILED", verdict.summary
+    assert f"fatal error: {MISSING_HEADER}: No such file or directory" in verdict.summary
+    assert "'deepspeed_shm_comm'" in verdict.summary and "toolkit" in (verdict.remediation or "")
 
 
-def test_a_deepspeed_save_not_called_on_every_rank_hangs_and_is_named(tmp_path):
-    result = _zero(tmp_path, 1, "skip-save:1", deadline_s=HANG_DEADLINE_S)
+def test_a_deepspeed_save_not_called_on_every_rank_hangs_and_is_named(tmp_path, ops_env):
+    env = {**ops_env, "PREFLIGHT_TEST_FAULT": "skip-save:1"}
+    result = _zero(tmp_path, 1, env, worker="tests.workers.faulty_zero", deadline_s=HANG_DEADLINE_S + 60)
     verdict = judge_strategy(result, "zero1")
-    assert verdict.status is Status.FAIL and verdict.code == "ZERO1_CHECKPOINT_SAVE_HUNG"
-    assert "never completed" in verdict.summary and "every rank" in verdict.remediation
+    assert verdict.status is Status.FAIL and verdict.code == "ZERO1_CHECKPOINT_SAVE_HUNG", verdict.summary
+    assert "never completed" in verdict.summary and "every rank" in (verdict.remediation or "")
+    assert "rank 1 at 'training on without calling the checkpoint save'" in verdict.summary

@@ -1,8 +1,12 @@
 """DeepSpeed ZeRO stage 1, 2 or 3 on every rank: initialize, a few steps, a checkpoint round trip.
 
 ``deepspeed.initialize`` gets a generated config (micro batch, gradient accumulation, bf16 where
-the GPU supports it, the stage). The first optimizer step is where DeepSpeed JIT-builds its ops;
-a build failure is re-raised with the compiler's message found in the rank's log. Every rank calls
+the GPU supports it, the stage). The ops it loads are loaded first, each timed, in their own phase
+(:data:`~preflight.workers.phases.OP_LOAD`): preflight builds them ahead of the launch into the
+``TORCH_EXTENSIONS_DIR`` it passes (``preflight.probe.deepspeed_ops``), so here they only load, and
+a rank still compiling at the deadline is reported as a slow build, not a hang. The ranks hold that
+directory's preflight lock shared while loading, so no build cleans a lock they hold. A build
+failure is re-raised with the compiler's message found in the rank's log. Every rank calls
 ``save_checkpoint`` (it synchronises inside: a save called on rank 0 only hangs), then a fresh
 engine that started from other weights calls ``load_checkpoint``, and the gathered parameters and
 the loss on a shared probe batch are compared with the saved ones.
@@ -11,12 +15,17 @@ the loss on a shared probe batch are compared with the saved ones.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import os
 import shutil
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from preflight.parse.op_build import find_op_build_failure
+from preflight.probe.deepspeed_ops import OPS_LOCK_ENV, ZERO_BUILDERS
 from preflight.workers import phases
 from preflight.workers.common import WorkerContext, worker_main
 
@@ -76,6 +85,51 @@ def op_build_error(ctx: WorkerContext, exc: BaseException) -> OpBuildError | Non
     return OpBuildError(failure.describe()) if failure is not None else None
 
 
+@contextlib.contextmanager
+def shared_ops_lock(ctx: WorkerContext) -> Iterator[None]:
+    """Hold the extensions directory's preflight lock shared (when the launch names one)."""
+    path = os.environ.get(OPS_LOCK_ENV)
+    if not path:
+        yield
+        return
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            ctx.progress(f"{phases.OP_LOAD}: waiting for another preflight's op build ({path})")
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
+    """Load the ops ``deepspeed.initialize`` will ask for, as it would (same builders, same skips),
+    timing each; DeepSpeed keeps them loaded (``OpBuilder._loaded_ops``) so initialize reuses them."""
+    import deepspeed.ops  # type: ignore[import-untyped]  # DeepSpeed ships no type information
+    from deepspeed.accelerator import get_accelerator  # type: ignore[import-untyped]
+
+    accelerator = get_accelerator()
+    loaded = []
+    with shared_ops_lock(ctx):
+        for entry in ZERO_BUILDERS:
+            builder = accelerator.create_op_builder(entry["builder"])
+            if builder is None or (entry.get("optional")
+                                   and not deepspeed.ops.__compatible_ops__.get(builder.NAME, False)):
+                continue
+            ctx.progress(f"{phases.OP_LOAD}: {builder.name}")
+            start = time.perf_counter()
+            builder.load(verbose=False)
+            loaded.append({"op": builder.name, "seconds": round(time.perf_counter() - start, 3)})
+    return loaded
+
+
+def save_checkpoint(engine: Any, path: Path) -> None:
+    """The collective save every rank calls (DeepSpeed synchronises inside it)."""
+    engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG)
+
+
 def parameter_digests(engine: Any, stage: int) -> dict[str, str]:
     """``name -> sha256`` of every parameter in full (ZeRO-3 gathers them first, on every rank)."""
     import deepspeed
@@ -110,13 +164,15 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
         return engine
 
-    ctx.progress(f"{phases.BUILD}: deepspeed.initialize")
     tokens = tm.token_batch(spec, DATA_SEED + ctx.rank, ctx.device)
     losses: list[float] = []
     step_times: list[float] = []
     try:
+        ctx.progress(phases.OP_LOAD)
+        ops = load_ops(ctx)
+        ctx.progress(f"{phases.BUILD}: deepspeed.initialize")
         engine = engine_from(tm.MODEL_SEED)
-        ctx.progress(f"{phases.STEPS}; DeepSpeed builds its ops at the first step")
+        ctx.progress(phases.STEPS)
         for _ in range(args.steps):
             def step() -> float:
                 total = 0.0
@@ -125,7 +181,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
                     engine.backward(loss)
                     engine.step()
                     total += float(loss.detach())
-                return total / args.accumulation
+                return total / int(args.accumulation)
 
             local, seconds = tm.timed(ctx, step)
             step_times.append(seconds)
@@ -150,7 +206,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
 
     path = args.checkpoint_dir or ctx.run_dir / "checkpoint"
     ctx.progress(phases.CHECKPOINT_SAVE)
-    _, save_s = tm.timed(ctx, lambda: engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG))
+    _, save_s = tm.timed(ctx, lambda: save_checkpoint(engine, path))
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
     ctx.progress(phases.CHECKPOINT_LOAD)
@@ -174,11 +230,18 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
                   "mismatched_count": len(mismatched), "differed_before_load": before != saved,
                   "probe_loss_after_load": probe_after, "removed": not path.exists() if ctx.rank == 0 else None}
     return {"strategy": f"zero{args.stage}", "api": f"deepspeed {getattr(deepspeed, '__version__', '?')}",
-            "precision": "bf16" if bf16 else "fp32", "config": config,
+            "precision": "bf16" if bf16 else "fp32", "config": config, "ops": ops,
+            "accelerator": _accelerator_name(),
             **tm.summary(global_losses, step_times), "local_losses": losses, "probe_loss": probe_loss,
             "param_sha256": digest,
             "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters()),
             "peak_memory_bytes": peak, "memory_kind": memory_kind, "checkpoint": checkpoint}
+
+
+def _accelerator_name() -> str:
+    from deepspeed.accelerator import get_accelerator
+
+    return str(get_accelerator().device_name())
 
 
 def _combined(digests: dict[str, str]) -> str:
