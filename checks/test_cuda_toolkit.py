@@ -42,9 +42,9 @@ def test_gpu_arch_in_torch(record, toolkit_facts, cuda_node, gpu, gpu_skip):
     record(judge_gpu_arch(toolkit_facts.torch, capability, cuda_node.driver))
 
 
-def test_cuda_toolkit_for_jit_builds(record, toolkit_facts, frameworks):
+def test_cuda_toolkit_for_jit_builds(record, toolkit_facts, cuda_node, frameworks):
     """A CUDA toolkit a JIT build (DeepSpeed ops, C++/CUDA extensions) can use"""
-    record(judge_toolkit(toolkit_facts, frameworks))
+    record(judge_toolkit(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
 def test_cuda_home_matches_path(record, toolkit_facts):
@@ -52,9 +52,9 @@ def test_cuda_home_matches_path(record, toolkit_facts):
     record(judge_cuda_home_vs_path(toolkit_facts))
 
 
-def test_deepspeed_accepts_toolkit(record, toolkit_facts, frameworks):
+def test_deepspeed_accepts_toolkit(record, toolkit_facts, cuda_node, frameworks):
     """DeepSpeed's op builder accepts the toolkit for torch's CUDA (on the path it takes: JIT or pre-built)"""
-    record(judge_deepspeed_cuda(toolkit_facts, frameworks))
+    record(judge_deepspeed_cuda(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
 def test_deepspeed_accelerator(record, toolkit_facts, cuda_node, frameworks):
@@ -62,9 +62,9 @@ def test_deepspeed_accelerator(record, toolkit_facts, cuda_node, frameworks):
     record(judge_deepspeed_accelerator(toolkit_facts, cuda_node.gpu_count, frameworks))
 
 
-def test_jit_build_tools(record, toolkit_facts, frameworks):
+def test_jit_build_tools(record, toolkit_facts, cuda_node, frameworks):
     """ninja and a C++ compiler for JIT-built ops"""
-    record(judge_build_tools(toolkit_facts, frameworks))
+    record(judge_build_tools(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
 @pytest.mark.slow

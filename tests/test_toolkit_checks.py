@@ -152,7 +152,8 @@ def test_deepspeed_refuses_a_cuda_13_toolkit_for_a_cuda_12_8_torch(tmp_path: Pat
     assert toolkit["status"] == "WARN" and toolkit["code"] == "TOOLKIT_MAJOR_MISMATCH"
     assert "two CUDA runtimes in one process" in toolkit["summary"]
     spec["env"]["DS_SKIP_CUDA_CHECK"] = "1"
-    skipped = run_checks(tmp_path / "skip", "--preflight-with", "deepspeed", "-k", "deepspeed", spec=spec)[
+    skipped = run_checks(tmp_path / "skip", "--preflight-with", "deepspeed", "-k", "deepspeed", spec=spec,
+                         machine="8x-h100-sxm")[
         "test_deepspeed_accepts_toolkit"
     ]
     assert skipped["status"] == "FAIL" and "DS_SKIP_CUDA_CHECK=1 does not change this" in skipped["summary"]
@@ -171,10 +172,15 @@ def test_missing_toolkit_is_informational_for_plain_ddp_and_fails_when_deepspeed
     plain = run_checks(tmp_path, spec=spec, machine="8x-h100-sxm")["test_cuda_toolkit_for_jit_builds"]
     assert plain["status"] == "SKIP" and "no CUDA toolkit" in plain["summary"] and "12.4" in plain["summary"]
     assert "plain DDP/FSDP need no toolkit" in plain["summary"]
-    announced = run_checks(tmp_path / "ds", "--preflight-with", "DeepSpeed", "-k", "jit_builds", spec=spec)[
+    announced = run_checks(tmp_path / "ds", "--preflight-with", "DeepSpeed", "-k", "jit_builds", spec=spec,
+                           machine="8x-h100-sxm")[
         "test_cuda_toolkit_for_jit_builds"
     ]
     assert announced["status"] == "FAIL" and announced["code"] == "CUDA_TOOLKIT_MISSING"
+    cpu_node = run_checks(tmp_path / "cpu", "--preflight-with", "DeepSpeed", "-k", "jit_builds", spec=spec)[
+        "test_cuda_toolkit_for_jit_builds"
+    ]
+    assert cpu_node["status"] == "SKIP" and "cpu accelerator here" in cpu_node["summary"]  # no GPU: C++ ops only
 
 
 def test_cuda_home_and_path_disagree(tmp_path: Path) -> None:

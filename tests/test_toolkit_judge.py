@@ -240,6 +240,20 @@ def test_toolkit_major_mismatch_warns_of_two_runtimes_not_of_a_refusal(tmp_path:
     _names(_status(judge_toolkit(facts), Status.SKIP), "two CUDA runtimes", "plain DDP/FSDP need no toolkit")
 
 
+def test_a_cpu_node_with_a_cuda_torch_needs_no_toolkit_for_deepspeed(tmp_path: Path) -> None:
+    """What .ci/old_torch.sh found: torch 2.4.1+cu121, nvcc 13.0, no GPU. DeepSpeed picks its CPU
+    accelerator there and builds C++ ops only, so the CUDA rules do not apply (a false NOT READY before)."""
+    facts = _with_deepspeed(_facts(tmp_path, torch_cuda="12.1", home="13.0"), version="0.19.8")
+    _names(_status(judge_deepspeed_cuda(facts, gpus=0), Status.SKIP), "cpu accelerator", "no CUDA device visible")
+    _names(_status(judge_toolkit(facts, gpus=0), Status.SKIP), "builds C++ ops only, without nvcc")
+    _status(judge_toolkit(facts, ("cpp-extensions",), gpus=0), Status.WARN, "TOOLKIT_MAJOR_MISMATCH")
+    _status(judge_deepspeed_cuda(facts, gpus=8), Status.FAIL, "DEEPSPEED_CUDA_MAJOR_MISMATCH")
+    forced = dataclasses.replace(facts, deepspeed=dataclasses.replace(facts.deepspeed, accelerator_env="cuda"))
+    _status(judge_deepspeed_cuda(forced, gpus=0), Status.FAIL, "DEEPSPEED_CUDA_MAJOR_MISMATCH")
+    bare = dataclasses.replace(_facts(tmp_path / "bare", torch_cuda="12.1", tools=False), deepspeed=facts.deepspeed)
+    _status(judge_build_tools(bare, gpus=0), Status.FAIL, "BUILD_TOOLS_MISSING")  # C++ ops still need both
+
+
 def test_toolkit_minor_mismatch_passes(tmp_path: Path) -> None:
     verdict = _status(judge_toolkit(_facts(tmp_path, torch_cuda="12.8", home="12.4"), ("deepspeed",)), Status.PASS)
     _names(verdict, "minor versions differ")

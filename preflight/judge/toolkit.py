@@ -32,6 +32,7 @@ what was found, never as a WARN that would make a healthy node DEGRADED.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 
@@ -119,13 +120,27 @@ def prebuilt_applies(facts: ToolkitFacts, accelerator: str = "cuda") -> bool:
     return bool(ds.prebuilt_ops) and ds.prebuilt_accelerator in (None, accelerator)
 
 
-def _toolkit_need(facts: ToolkitFacts, with_: tuple[str, ...]) -> tuple[bool, str]:
+def deepspeed_accelerator(facts: ToolkitFacts, gpus: int | None = None) -> str:
+    """The accelerator DeepSpeed picks here (``accelerator/real_accelerator.py: get_accelerator``):
+    ``DS_ACCELERATOR`` when set, else ``cuda`` when torch sees a CUDA device, else ``cpu``. ``gpus``
+    None (not known) counts a CUDA build of torch as having its GPUs."""
+    if facts.deepspeed.accelerator_env:
+        return facts.deepspeed.accelerator_env
+    has_gpus = gpus is None or gpus > 0
+    return "cuda" if facts.torch.is_cuda_build and has_gpus else "cpu"
+
+
+def _toolkit_need(facts: ToolkitFacts, with_: tuple[str, ...], gpus: int | None) -> tuple[bool, str]:
     """``(required, why)``: does anything the job does compile with the toolkit?"""
     if cpp_extensions_expected(with_):
         return True, "the job JIT-builds torch C++/CUDA extensions (--with cpp-extensions)"
     if deepspeed_expected(facts, with_):
         ds = facts.deepspeed
         who = f"DeepSpeed {ds.version}" if ds.installed else "DeepSpeed (--with deepspeed)"
+        accelerator = deepspeed_accelerator(facts, gpus)
+        if accelerator != "cuda":
+            return False, (f"{who} uses its {accelerator} accelerator here ({_why_accelerator(facts, gpus)}) and "
+                           "builds C++ ops only, without nvcc")
         if prebuilt_applies(facts) and all(op in ds.prebuilt_ops for op in ZERO_OPS):
             return False, (f"{who} has its ops pre-built ({', '.join(ds.prebuilt_ops)}): nothing is compiled unless "
                            "the job uses an op outside that list")
@@ -134,7 +149,13 @@ def _toolkit_need(facts: ToolkitFacts, with_: tuple[str, ...]) -> tuple[bool, st
                    "--with deepspeed or --with cpp-extensions make it a requirement)")
 
 
-def judge_toolkit(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
+def _why_accelerator(facts: ToolkitFacts, gpus: int | None) -> str:
+    if facts.deepspeed.accelerator_env:
+        return f"DS_ACCELERATOR={facts.deepspeed.accelerator_env}"
+    return "no CUDA device visible" if facts.torch.is_cuda_build else "CPU build of torch"
+
+
+def judge_toolkit(facts: ToolkitFacts, with_: tuple[str, ...] = (), gpus: int | None = None) -> Verdict:
     """Is there a toolkit a JIT build can use? Judged only when the job builds (else SKIP with the facts):
     missing or unusable is a FAIL, a major-version mismatch a WARN (two CUDA runtimes in one process)."""
     torch, home = facts.torch, facts.cuda_home
@@ -150,7 +171,7 @@ def judge_toolkit(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
             f"{torch.describe()}: torch.utils.cpp_extension.CUDA_HOME is None, no JIT CUDA build will run; "
             f"toolkit on this node: {found}; {resolved}"
         )
-    required, why = _toolkit_need(facts, with_)
+    required, why = _toolkit_need(facts, with_, gpus)
     evidence = {"nvcc --version": home.nvcc.output} if home.nvcc and home.nvcc.output else {}
     hint = _install_hint(facts, torch.cuda or "", torch.cuda_release)
 
@@ -264,18 +285,21 @@ def judge_deepspeed_prebuilt(facts: ToolkitFacts, accelerator: str) -> Verdict |
     return None
 
 
-def judge_deepspeed_cuda(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
+def judge_deepspeed_cuda(facts: ToolkitFacts, with_: tuple[str, ...] = (), gpus: int | None = None) -> Verdict:
     """Does the toolkit fit DeepSpeed on the path it will take? A major mismatch is a FAIL; a minor one
     only bites an ahead-of-time build (WARN); pre-built ops that will not load are a FAIL."""
     ds, torch, home = facts.deepspeed, facts.torch, facts.cuda_home
     if not deepspeed_expected(facts, with_):
         return skip("DeepSpeed is not installed and not announced (--with deepspeed)")
-    accelerator = "cuda" if torch.is_cuda_build else "cpu"
+    accelerator = deepspeed_accelerator(facts, gpus)
     prebuilt = judge_deepspeed_prebuilt(facts, accelerator)
     if prebuilt is not None:
         return prebuilt
     if not torch.is_cuda_build or torch.cuda_release is None:
         return skip(f"{torch.describe()}: DeepSpeed builds CPU ops only (C++), its CUDA checks do not run")
+    if accelerator != "cuda":
+        return skip(f"DeepSpeed uses its {accelerator} accelerator here ({_why_accelerator(facts, gpus)}): it builds "
+                    "C++ ops only, its CUDA checks do not run (see the DeepSpeed accelerator check)")
     if home.nvcc is None or home.nvcc.version is None:
         if prebuilt_applies(facts) and all(op in ds.prebuilt_ops for op in ZERO_OPS):
             return passed(f"DeepSpeed {ds.version} loads its pre-built ops ({', '.join(ds.prebuilt_ops)}) "
@@ -338,13 +362,14 @@ def judge_deepspeed_cuda(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Ve
     )
 
 
-def judge_deepspeed_accelerator(facts: ToolkitFacts, gpus: int, with_: tuple[str, ...] = ()) -> Verdict:
+def judge_deepspeed_accelerator(facts: ToolkitFacts, gpus: int | None, with_: tuple[str, ...] = ()) -> Verdict:
     """``DS_ACCELERATOR`` overrides DeepSpeed's detection (``accelerator/real_accelerator.py``): ``cpu`` on a
     GPU node trains on the CPU; ``cuda`` without GPUs, or an unknown name, breaks at ``import deepspeed``."""
     value = facts.deepspeed.accelerator_env
     if not deepspeed_expected(facts, with_):
         return skip("DeepSpeed is not installed and not announced (--with deepspeed)")
-    detected = "cuda" if gpus > 0 and facts.torch.is_cuda_build else "cpu"
+    detected = deepspeed_accelerator(dataclasses.replace(facts, deepspeed=dataclasses.replace(
+        facts.deepspeed, accelerator_env=None)), gpus)
     if value is None:
         return passed(f"DS_ACCELERATOR is not set: DeepSpeed detects its accelerator ({detected} on this node)")
     fix = "unset DS_ACCELERATOR   # let DeepSpeed detect the GPUs"
@@ -354,7 +379,7 @@ def judge_deepspeed_accelerator(facts: ToolkitFacts, gpus: int, with_: tuple[str
                     fix)
     if value == "cpu" and detected == "cuda":
         return warn("DEEPSPEED_ACCELERATOR_CPU",
-                    f"DS_ACCELERATOR=cpu is set on a node with {gpus} GPU(s): DeepSpeed uses its CPU_Accelerator (CPU "
+                    f"DS_ACCELERATOR=cpu is set on a node with {gpus if gpus is not None else 'its'} GPU(s): DeepSpeed uses its CPU_Accelerator (CPU "
                     "tensors, gloo or oneCCL, C++ ops), so a DeepSpeed job trains on the CPU and leaves the GPUs idle",
                     fix)
     if value == "cuda" and detected != "cuda":
@@ -368,7 +393,7 @@ def judge_deepspeed_accelerator(facts: ToolkitFacts, gpus: int, with_: tuple[str
     return passed(f"DS_ACCELERATOR={value}, what DeepSpeed would detect here anyway")
 
 
-def judge_build_tools(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
+def judge_build_tools(facts: ToolkitFacts, with_: tuple[str, ...] = (), gpus: int | None = None) -> Verdict:
     """ninja and a C++ compiler: FAIL when missing while something will JIT-build (DeepSpeed without
     pre-built ops for this accelerator, or --with cpp-extensions)."""
     ninja, cxx = facts.ninja, facts.compiler
@@ -383,7 +408,7 @@ def judge_build_tools(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdi
     if not cxx.found:
         fixes.append(f"export CXX={cxx.alternatives[0]}" if cxx.alternatives
                      else "sudo apt-get install -y build-essential")
-    accelerator = "cuda" if facts.torch.is_cuda_build else "cpu"
+    accelerator = deepspeed_accelerator(facts, gpus)
     ds = facts.deepspeed
     all_prebuilt = prebuilt_applies(facts, accelerator) and all(op in ds.prebuilt_ops for op in ZERO_OPS)
     if deepspeed_expected(facts, with_) and not cpp_extensions_expected(with_) and all_prebuilt:
