@@ -1,24 +1,31 @@
 """Can a JIT build (DeepSpeed ops, torch C++/CUDA extensions) work with the toolkit on this node?
 
-Each rule is applied only on the path that applies it, as read in the sources:
+Each rule is applied only on the path that applies it, as read in the sources (line numbers of
+torch 2.4.1 / 2.13.0 / 2.14.1 ``torch/utils/cpp_extension.py`` and the DeepSpeed 0.19.8 sdist):
 
-- torch (``torch/utils/cpp_extension.py``, 2.4.1 to 2.14.1): ``_check_cuda_version`` compares the
-  ``nvcc`` release with ``torch.version.cuda`` and raises on a major mismatch ("The detected CUDA
-  version (%s) mismatches the version that was used to compile PyTorch"), warning on a minor one;
-  it is called only from ``BuildExtension.build_extensions`` (an ahead-of-time ``setup.py`` build).
-  The JIT path (``load`` -> ``_jit_compile``) compares nothing: torch 2.4.1+cu121 JIT-built and
-  loaded a ``.cu`` extension with nvcc 13.0 here, which then carries a second CUDA runtime into the
-  process.
-- DeepSpeed 0.19.8 (``op_builder/builder.py``): ``assert_no_cuda_mismatch`` (same ``major.minor``;
-  else both in ``cuda_minor_mismatch_ok[toolkit major]``; else ``DS_SKIP_CUDA_CHECK=1`` lets it pass
-  with a warning; else ``CUDAMismatchException``) is called only from ``CUDAOpBuilder.builder()``,
-  which ``setup.py`` calls for ops pre-built at install (``DS_BUILD_OPS=1`` / ``DS_BUILD_<OP>=1``),
-  never from ``jit_load``, the default path that compiles an op at the job's first use. Its install
-  notes ask for the toolkit's major to match torch's. ``load()`` imports a pre-built op instead
-  when ``installed_ops[name]`` is set and the install's ``accelerator_name`` is the running one,
-  after ``validate_torch_version`` ("PyTorch version mismatch!" when torch's ``major.minor``
-  differs from the install's) and, for CUDA ops with CUDA available, ``validate_torch_op_version``.
-  With ops pre-built, nothing is compiled: no nvcc, no ninja.
+- torch: ``_check_cuda_version`` (lines 392 / 622 / 627) compares the ``nvcc`` release with
+  ``torch.version.cuda``, raises on a major mismatch ("The detected CUDA version (%s) mismatches
+  the version that was used to compile PyTorch") and warns on a minor one; its only caller is
+  ``BuildExtension.build_extensions`` (lines 518 / 817 / 822), an ahead-of-time ``setup.py`` build.
+  The JIT path (``load`` -> ``_jit_compile``, lines 1662 / 2302 / 2312) compares nothing: torch
+  2.4.1+cu121 JIT-built and loaded a ``.cu`` extension with nvcc 13.0 here, which then carries a
+  second CUDA runtime into the process.
+- DeepSpeed (``op_builder/builder.py``): ``assert_no_cuda_mismatch`` (line 107: same
+  ``major.minor``; else both in ``cuda_minor_mismatch_ok[toolkit major]``; else
+  ``DS_SKIP_CUDA_CHECK=1`` lets it pass with a warning; else ``CUDAMismatchException``) is called
+  only from ``CUDAOpBuilder.builder()`` (line 804), which ``setup.py`` calls (line 177) for ops
+  pre-built at install (``DS_BUILD_OPS=1`` / ``DS_BUILD_<OP>=1``); ``jit_load`` (line 568), the
+  default path that compiles an op at the job's first use, never calls it (it sets
+  ``build_for_cpu = not torch.cuda.is_available()``, line 580). The install notes ask for the
+  toolkit's major to match torch's. ``load()`` (line 549) imports a pre-built op instead when
+  ``installed_ops[name]`` is set and the install's ``accelerator_name`` is the running one, after
+  ``validate_torch_version`` (line 170: "PyTorch version mismatch!" when torch's ``major.minor``
+  differs from the install's) and, for CUDA ops with CUDA available, ``validate_torch_op_version``
+  (line 181). With ops pre-built nothing is compiled: no nvcc, no ninja. Older releases also
+  called the check outside ``builder()`` (``is_cuda_enable``); the probe reads which
+  (:attr:`~preflight.probe.deepspeed.DeepSpeedRule.checked_in_jit`).
+- The accelerator (``accelerator/real_accelerator.py: get_accelerator``): ``DS_ACCELERATOR`` when
+  set, else CUDA when torch sees a device, else the CPU accelerator, whose ops are C++ only.
 
 The ``cuda_minor_mismatch_ok`` table is read from the installed DeepSpeed when possible (0.15.0
 lists 12.0-12.5; 0.19.8 lists 12.0-12.6, 12.8, 12.9 and nothing for 13.x, so an ahead-of-time build
@@ -379,8 +386,9 @@ def judge_deepspeed_accelerator(facts: ToolkitFacts, gpus: int | None, with_: tu
                     fix)
     if value == "cpu" and detected == "cuda":
         return warn("DEEPSPEED_ACCELERATOR_CPU",
-                    f"DS_ACCELERATOR=cpu is set on a node with {gpus if gpus is not None else 'its'} GPU(s): DeepSpeed uses its CPU_Accelerator (CPU "
-                    "tensors, gloo or oneCCL, C++ ops), so a DeepSpeed job trains on the CPU and leaves the GPUs idle",
+                    f"DS_ACCELERATOR=cpu is set on a node with {gpus if gpus is not None else 'its'} GPU(s): DeepSpeed "
+                    "uses its CPU_Accelerator (CPU tensors, gloo or oneCCL, C++ ops), so a DeepSpeed job trains on the "
+                    "CPU and leaves the GPUs idle",
                     fix)
     if value == "cuda" and detected != "cuda":
         return warn("DEEPSPEED_ACCELERATOR_CUDA_WITHOUT_GPU",

@@ -5,24 +5,26 @@ by preflight itself: it imports torch and DeepSpeed, and only the standard libra
 runs in the job's environment as a plain file. Every fact is printed as one line ``MARK {json}`` on
 stdout; the build's own output (ninja, the compilers) goes to stdout and stderr as it comes.
 
-What it follows in DeepSpeed 0.19.8 (``op_builder/builder.py``): ``OpBuilder.load`` imports an op
+What it follows in DeepSpeed 0.19.8 (``op_builder/builder.py``): ``OpBuilder.load`` (line 549) imports an op
 pre-built into the wheel when ``installed_ops[name]`` is set and the wheel's ``accelerator_name`` is
 the running accelerator's (after ``validate_torch_version``, and ``validate_torch_op_version`` for
-CUDA ops with CUDA available), otherwise it calls ``jit_load``, which calls
+CUDA ops with CUDA available), otherwise it calls ``jit_load`` (line 568), which calls
 ``torch.utils.cpp_extension.load`` with ``with_cuda`` only for a ``CUDAOpBuilder`` whose
-``build_for_cpu`` is False (``not torch.cuda.is_available()`` makes it True). The builder comes from
+``build_for_cpu`` is False (``not torch.cuda.is_available()`` makes it True, line 580). The builder comes from
 ``get_accelerator().create_op_builder(name)``, as ``deepspeed.ops.op_builder.<Name>`` resolves it,
 so on a node without CUDA devices the CPU accelerator's builders (C++ only) are the ones built.
 An op DeepSpeed loads only when compatible (the shared-memory all-reduce of the CPU accelerator,
-``deepspeed/comm/torch.py: build_shm_op``) is skipped the way DeepSpeed skips it.
+``deepspeed/comm/torch.py: build_shm_op``, line 47) is skipped the way DeepSpeed skips it.
 
 Locking (the extensions directory is preflight's own): the child holds an exclusive ``flock`` on
 ``<dir>/preflight.lock`` while it builds; the ranks of a rehearsal hold it shared while they load.
 Holding it exclusively, any torch build lock ``<dir>/<op>/lock`` is stale: torch's ``FileBaton``
 (torch 2.4-2.13: a file created with ``O_EXCL``, waited on while it exists) is left behind when its
-holder is killed, and every later build of that op would wait for it for ever. torch 2.14 holds an
-OS advisory lock on the same path instead (``filelock.FileLock``), which the kernel releases; its
-file may stay and removing it while nobody holds it is harmless.
+holder is killed, and every later build of that op would wait for it for ever (``_jit_compile``:
+``FileBaton(os.path.join(build_directory, 'lock'))``, ``cpp_extension.py`` line 1697 in 2.4.1, 2345
+in 2.13.0). torch 2.14.1 holds an OS advisory lock on the same path instead (``with FileLock(...)``,
+line 2362), which the kernel releases; its file may stay, and removing it while nobody holds it is
+harmless.
 """
 
 from __future__ import annotations
