@@ -97,7 +97,9 @@ def _combine(rounds: list[dict[int, float]], stat: str) -> dict[int, float]:
     return {n: pick([r[n] for r in rounds if n in r]) for n in sizes}
 
 
-def _gpu_rounds(nproc: int, plan: Any, rounds: int, binary: str) -> tuple[list[dict[int, float]], list[dict[int, float]]]:
+def _gpu_rounds(
+    nproc: int, plan: Any, rounds: int, binary: str
+) -> tuple[list[dict[int, float]], list[dict[int, float]]]:
     ours, theirs = [], []
     for _ in range(rounds):  # alternate the two so both see the same host load
         result = launch("preflight.workers.allreduce", nproc=nproc, deadline_s=plan.wanted_s * 2, args=plan.args(),

@@ -14,26 +14,33 @@ from preflight.judge.toolkit import (
     judge_jit_build,
     judge_toolkit,
 )
-from preflight.outcome import skip
+from preflight.outcome import Verdict, skip
+from preflight.probe.cuda_node import CudaNode
 from preflight.probe.deepspeed_ops import fresh_jit_build
+from preflight.probe.gpus import GpuInfo
+from preflight.probe.toolkit import ToolkitFacts
+from preflight.recording import Recorder
+from preflight.settings import Settings
 
 
-def test_torch_cuda_build(record, toolkit_facts, cuda_node):
+def test_torch_cuda_build(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode) -> None:
     """torch is a CUDA build where there are NVIDIA GPUs"""
     record(judge_torch_build(toolkit_facts.torch, cuda_node.gpu_count, cuda_node.driver))
 
 
 @pytest.mark.gpu
-def test_driver_supports_torch_cuda(record, toolkit_facts, cuda_node):
+def test_driver_supports_torch_cuda(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode) -> None:
     """The NVIDIA driver supports the CUDA version torch was built with"""
     record(judge_driver_for_torch(toolkit_facts.torch, cuda_node.driver, cuda_node.gpu_count))
 
 
 @pytest.mark.gpu
-def test_gpu_arch_in_torch(record, toolkit_facts, cuda_node, gpu, gpu_skip):
+def test_gpu_arch_in_torch(
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, gpu: GpuInfo | None, gpu_skip: Verdict | None
+) -> None:
     """torch carries kernels for the GPU's compute capability"""
-    if gpu_skip is not None:
-        record(gpu_skip)
+    if gpu is None or gpu_skip is not None:  # gpu_skip is set exactly when gpu is None (the nogpu case)
+        record(gpu_skip or skip("no NVIDIA GPU visible"))
         return
     capability = next((g for g in cuda_node.gpus or () if g.index == gpu.index), None)
     if capability is None:
@@ -42,33 +49,41 @@ def test_gpu_arch_in_torch(record, toolkit_facts, cuda_node, gpu, gpu_skip):
     record(judge_gpu_arch(toolkit_facts.torch, capability, cuda_node.driver))
 
 
-def test_cuda_toolkit_for_jit_builds(record, toolkit_facts, cuda_node, frameworks):
+def test_cuda_toolkit_for_jit_builds(
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+) -> None:
     """A CUDA toolkit a JIT build (DeepSpeed ops, C++/CUDA extensions) can use"""
     record(judge_toolkit(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
-def test_cuda_home_matches_path(record, toolkit_facts):
+def test_cuda_home_matches_path(record: Recorder, toolkit_facts: ToolkitFacts) -> None:
     """CUDA_HOME and the first nvcc on PATH are the same toolkit"""
     record(judge_cuda_home_vs_path(toolkit_facts))
 
 
-def test_deepspeed_accepts_toolkit(record, toolkit_facts, cuda_node, frameworks):
+def test_deepspeed_accepts_toolkit(
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+) -> None:
     """DeepSpeed's op builder accepts the toolkit for torch's CUDA (on the path it takes: JIT or pre-built)"""
     record(judge_deepspeed_cuda(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
-def test_deepspeed_accelerator(record, toolkit_facts, cuda_node, frameworks):
+def test_deepspeed_accelerator(
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+) -> None:
     """DeepSpeed picks the accelerator the node has (DS_ACCELERATOR does not override it)"""
     record(judge_deepspeed_accelerator(toolkit_facts, cuda_node.gpu_count, frameworks))
 
 
-def test_jit_build_tools(record, toolkit_facts, cuda_node, frameworks):
+def test_jit_build_tools(
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+) -> None:
     """ninja and a C++ compiler for JIT-built ops"""
     record(judge_build_tools(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
 @pytest.mark.slow
-def test_deepspeed_jit_build(record, toolkit_facts, settings):
+def test_deepspeed_jit_build(record: Recorder, toolkit_facts: ToolkitFacts, settings: Settings) -> None:
     """DeepSpeed JIT-builds its fused Adam from scratch with this node's compilers (nvcc on its CUDA accelerator)"""
     reason = jit_build_skip_reason(toolkit_facts)
     if reason is not None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from preflight.fixtures.host import ranks_note
 from preflight.judge.host import judge_checkpoint_disk, judge_cpu_memory, judge_memlock, judge_shm
 from preflight.judge.host_session import (
@@ -11,50 +13,61 @@ from preflight.judge.host_session import (
     judge_rendezvous_port,
     judge_session,
 )
+from preflight.probe.gpu_memory import GpuMemorySource
+from preflight.probe.host import ContainerFacts, CpuMemoryFacts, DiskFacts, MemlockFacts, ShmFacts
+from preflight.probe.host_pcie import PcieFacts
+from preflight.probe.host_processes import PortFacts, TrainingProcess
+from preflight.probe.host_session import SessionFacts
+from preflight.recording import Recorder
+from preflight.settings import Settings
 
 
-def test_shared_memory(record, shm_facts, container_facts):
+def test_shared_memory(record: Recorder, shm_facts: ShmFacts, container_facts: ContainerFacts) -> None:
     """/dev/shm is large enough for NCCL and DataLoader workers"""
     record(judge_shm(shm_facts, container_facts))
 
 
-def test_locked_memory_limit(record, memlock_facts, container_facts):
+def test_locked_memory_limit(record: Recorder, memlock_facts: MemlockFacts, container_facts: ContainerFacts) -> None:
     """Locked-memory limit (ulimit -l) does not block RDMA registration"""
     record(judge_memlock(memlock_facts, container_facts))
 
 
-def test_checkpoint_disk(record, checkpoint_disk_facts, checkpoint_size):
+def test_checkpoint_disk(record: Recorder, checkpoint_disk_facts: DiskFacts, checkpoint_size: int | None) -> None:
     """Checkpoint directory is writable and has room for checkpoints"""
     record(judge_checkpoint_disk(checkpoint_disk_facts, checkpoint_size))
 
 
-def test_session_survives_disconnect(record, session_facts):
+def test_session_survives_disconnect(record: Recorder, session_facts: SessionFacts) -> None:
     """A job started from this shell survives a dropped SSH connection"""
     record(judge_session(session_facts))
 
 
-def test_no_leftover_training_processes(record, leftover_processes):
+def test_no_leftover_training_processes(record: Recorder, leftover_processes: list[TrainingProcess]) -> None:
     """No earlier training run is still running"""
     record(judge_leftover_processes(leftover_processes))
 
 
-def test_rendezvous_port_free(record, rendezvous_port_facts):
+def test_rendezvous_port_free(record: Recorder, rendezvous_port_facts: PortFacts) -> None:
     """The default rendezvous port 29500 is free"""
     record(judge_rendezvous_port(rendezvous_port_facts))
 
 
-def test_environment_hygiene(record, host_env, job_ranks, cpu_memory_facts):
+def test_environment_hygiene(
+    record: Recorder, host_env: Mapping[str, str], job_ranks: int, cpu_memory_facts: CpuMemoryFacts
+) -> None:
     """No environment variable left set that slows or breaks the job"""
     cpus = cpu_memory_facts.effective_cpus
     record(judge_environment(host_env, ranks=job_ranks, cores_per_rank=cpus / job_ranks if cpus else None))
 
 
-def test_cpu_and_ram_per_rank(record, cpu_memory_facts, job_ranks, gpu_memory, settings):
+def test_cpu_and_ram_per_rank(
+    record: Recorder, cpu_memory_facts: CpuMemoryFacts, job_ranks: int, gpu_memory: GpuMemorySource, settings: Settings
+) -> None:
     """CPU cores and host RAM per rank for data loading"""
     verdict = judge_cpu_memory(cpu_memory_facts, job_ranks)
     record(verdict.with_extra(evidence={"ranks": ranks_note(job_ranks, gpu_memory, settings)}))
 
 
-def test_iommu_and_acs(record, pcie_facts):
+def test_iommu_and_acs(record: Recorder, pcie_facts: PcieFacts) -> None:
     """IOMMU and PCIe ACS state (evidence for peer-to-peer problems)"""
     record(judge_pcie_evidence(pcie_facts))

@@ -2,12 +2,20 @@
 
 from __future__ import annotations
 
+from preflight.fixtures.strategies import StrategySelection
 from preflight.judge.memory_fit import DEFAULT_HEADROOM, judge_memory_fit, plan_memory_fit
 from preflight.judge.strategies import with_rehearsal_pointer
+from preflight.judge.sizing import BytesPerParam
 from preflight.outcome import skip
+from preflight.probe.gpu_memory import GpuMemorySource
+from preflight.recording import Recorder
+from preflight.settings import Settings
 
 
-def test_memory_fit(record, settings, gpu_memory, bytes_per_param, strategies):
+def test_memory_fit(
+    record: Recorder, settings: Settings, gpu_memory: GpuMemorySource, bytes_per_param: BytesPerParam,
+    strategies: StrategySelection,
+) -> None:
     """The model fits this node's GPUs with at least one strategy"""
     params = settings.option("model_params")
     if params is None:

@@ -7,18 +7,22 @@ import os
 
 import pytest
 
-from preflight.fixtures.nccl import sizes_table, transport_evidence, without_label
+from preflight.fixtures.nccl import AllreduceSweeps, sizes_table, transport_evidence, without_label
 from preflight.judge.busbw_chart import busbw_chart
+from preflight.judge.busbw_reference import Expectation
 from preflight.judge.nccl import judge_busbw, judge_p2p
 from preflight.judge.nccl_env import costly_nccl_variables, judge_nccl_env
 from preflight.outcome import skip
+from preflight.recording import Recorder
 
 AS_IS = "as-is"
 P2P_OFF = "NCCL_P2P_DISABLE=1"
 
 
 @pytest.mark.distributed
-def test_allreduce_bandwidth(record, allreduce_sweeps, busbw_expectation, nproc):
+def test_allreduce_bandwidth(
+    record: Recorder, allreduce_sweeps: AllreduceSweeps, busbw_expectation: Expectation | None, nproc: int
+) -> None:
     """All-reduce bus bandwidth reaches what this node should"""
     if allreduce_sweeps.on_gpu and nproc < 2:
         record(skip("one GPU: there is no all-reduce between GPUs to measure"))
@@ -38,7 +42,9 @@ def test_allreduce_bandwidth(record, allreduce_sweeps, busbw_expectation, nproc)
 
 @pytest.mark.distributed
 @pytest.mark.gpu
-def test_nccl_p2p(record, allreduce_sweeps, busbw_expectation, nproc):
+def test_nccl_p2p(
+    record: Recorder, allreduce_sweeps: AllreduceSweeps, busbw_expectation: Expectation | None, nproc: int
+) -> None:
     """GPU peer-to-peer works and is worth keeping (all-reduce with and without NCCL_P2P_DISABLE)"""
     if not allreduce_sweeps.on_gpu:
         record(skip("no NVIDIA GPU visible: the P2P comparison needs NCCL (the gloo sweep ran in the bandwidth check)"))
@@ -57,7 +63,7 @@ def test_nccl_p2p(record, allreduce_sweeps, busbw_expectation, nproc):
 
 
 @pytest.mark.distributed
-def test_nccl_environment(record, allreduce_sweeps, nproc):
+def test_nccl_environment(record: Recorder, allreduce_sweeps: AllreduceSweeps, nproc: int) -> None:
     """No inherited NCCL_* variable costs all-reduce speed"""
     env = dict(os.environ)
     costly = costly_nccl_variables(env)

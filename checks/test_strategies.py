@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from preflight.fixtures.distributed import LaunchWorker
+from preflight.fixtures.strategies import StrategySelection
 from preflight.judge.op_build import judge_op_build, op_build_blocker
 from preflight.judge.strategies import TITLES, ZERO_STRATEGIES, judge_strategy
 from preflight.outcome import skip
+from preflight.probe.deepspeed_ops import OpBuild
+from preflight.recording import Recorder
+from preflight.settings import Settings
 
 STRATEGY_WANTED_S = 120.0
 QUICK_STEPS = 3
@@ -22,7 +28,10 @@ def worker_args(strategy: str, steps: int, checkpoint_dir: Path) -> list[str]:
     return args + ["--stage", strategy.removeprefix("zero")] if strategy.startswith("zero") else args
 
 
-def test_deepspeed_ops(record, strategies, strategy_blocker, deepspeed_ops):
+def test_deepspeed_ops(
+    record: Recorder, strategies: StrategySelection, strategy_blocker: Callable[[str], str | None],
+    deepspeed_ops: Callable[[], OpBuild],
+) -> None:
     """DeepSpeed builds the ops the ZeRO rehearsal loads (ahead of its launch, in preflight's own cache)"""
     wanted = [name for name in ZERO_STRATEGIES if name in strategies and strategy_blocker(name) is None]
     if not wanted:
@@ -34,14 +43,17 @@ def test_deepspeed_ops(record, strategies, strategy_blocker, deepspeed_ops):
 
 @pytest.mark.distributed
 @pytest.mark.parametrize("strategy", ["fsdp", "zero1", "zero2", "zero3"])
-def test_strategy_step(record, settings, strategy, strategies, strategy_blocker, strategy_workers, launch_worker,
-                       deepspeed_ops):
+def test_strategy_step(
+    record: Recorder, settings: Settings, strategy: str, strategies: StrategySelection,
+    strategy_blocker: Callable[[str], str | None], strategy_workers: dict[str, str], launch_worker: LaunchWorker,
+    deepspeed_ops: Callable[[], OpBuild],
+) -> None:
     """A few training steps and a checkpoint round trip with the job's strategy"""
     strategies.require(strategy)
     reason = strategy_blocker(strategy)
     env: dict[str, str | None] = {}
     if reason is None and strategy in ZERO_STRATEGIES:
-        ops = deepspeed_ops()
+        ops = deepspeed_ops()  # built ahead of the launch, with its own budget; the ranks only load them
         reason = op_build_blocker(ops, TITLES[strategy])
         env.update(ops.launch_env())
     if reason is not None:

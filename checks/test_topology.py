@@ -8,9 +8,13 @@ from preflight.judge.gpus import no_gpu_reason
 from preflight.judge.host_session import pcie_evidence
 from preflight.judge.p2p import judge_p2p, judge_p2p_launch
 from preflight.judge.topology import judge_affinity, judge_cross_check, judge_layout, judge_nvlink_counts
+from preflight.launch.torchrun import LaunchResult
 from preflight.outcome import Status, Verdict, error, skip
 from preflight.probe.gpus import Inventory
-from preflight.probe.topology import SmiTopology
+from preflight.probe.host_pcie import PcieFacts
+from preflight.probe.topology import NvmlTopology, SmiTopology
+from preflight.recording import Recorder
+from preflight.settings import Settings
 
 
 def _no_matrix(smi: SmiTopology, inventory: Inventory) -> Verdict:
@@ -25,7 +29,7 @@ def _no_matrix(smi: SmiTopology, inventory: Inventory) -> Verdict:
                  evidence=evidence)
 
 
-def test_gpu_interconnect(record, smi_topology, gpu_inventory):
+def test_gpu_interconnect(record: Recorder, smi_topology: SmiTopology, gpu_inventory: Inventory) -> None:
     """How the GPUs are linked (NVSwitch, NVLink pairs, PCIe) and what that means for FSDP/ZeRO-3"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
@@ -33,7 +37,9 @@ def test_gpu_interconnect(record, smi_topology, gpu_inventory):
     record(judge_layout(smi_topology.matrix).with_extra(evidence={"nvidia-smi topo -m": smi_topology.raw}))
 
 
-def test_nvlinks_all_active(record, nvml_topology, gpu_inventory, settings):
+def test_nvlinks_all_active(
+    record: Recorder, nvml_topology: NvmlTopology, gpu_inventory: Inventory, settings: Settings
+) -> None:
     """Every GPU has as many active NVLinks as its peers"""
     reason = no_gpu_reason(gpu_inventory)
     if reason is not None or not nvml_topology.started:
@@ -44,7 +50,9 @@ def test_nvlinks_all_active(record, nvml_topology, gpu_inventory, settings):
         record(judge_nvlink_counts(nvml_topology.nvlinks, expected=settings.option("expect_nvlinks")))
 
 
-def test_topology_sources_agree(record, smi_topology, nvml_topology, gpu_inventory):
+def test_topology_sources_agree(
+    record: Recorder, smi_topology: SmiTopology, nvml_topology: NvmlTopology, gpu_inventory: Inventory
+) -> None:
     """NVML and nvidia-smi topo -m describe the same links"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
@@ -56,7 +64,7 @@ def test_topology_sources_agree(record, smi_topology, nvml_topology, gpu_invento
         record(judge_cross_check(smi_topology.matrix, nvml_topology.pairs, nvml_topology.gpu_count))
 
 
-def test_gpu_cpu_affinity(record, smi_topology, gpu_inventory):
+def test_gpu_cpu_affinity(record: Recorder, smi_topology: SmiTopology, gpu_inventory: Inventory) -> None:
     """Which CPUs and NUMA node each GPU sits next to"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
@@ -66,7 +74,10 @@ def test_gpu_cpu_affinity(record, smi_topology, gpu_inventory):
 
 @pytest.mark.gpu
 @pytest.mark.distributed
-def test_p2p_copies(record, p2p_launch, smi_topology, nvml_topology, pcie_facts):
+def test_p2p_copies(
+    record: Recorder, p2p_launch: LaunchResult | None, smi_topology: SmiTopology, nvml_topology: NvmlTopology,
+    pcie_facts: PcieFacts,
+) -> None:
     """Peer-to-peer copies between every GPU pair arrive intact"""
     if p2p_launch is None:
         record(skip("no NVIDIA GPU pair visible to CUDA: peer-to-peer copies need at least 2 GPUs"))

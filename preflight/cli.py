@@ -16,7 +16,9 @@ import os
 import pkgutil
 import sys
 import warnings
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import preflight
 import preflight.commands
@@ -58,17 +60,19 @@ def build_parser(convert: bool = True) -> argparse.ArgumentParser:
     return parser
 
 
-def _add(parser: argparse.ArgumentParser, option: Option, wrap: object) -> None:
+def _add(
+    parser: argparse.ArgumentParser, option: Option, wrap: Callable[[Callable[[str], Any]], Callable[[str], Any]] | None
+) -> None:
     flag = f"--{option.name}"
     if option.flag:
         parser.add_argument(flag, dest=option.dest, action="store_true", help=option.help)
         return
-    kwargs: dict[str, object] = {"dest": option.dest, "help": option.help, "metavar": option.metavar,
+    kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help, "metavar": option.metavar,
                                  "choices": option.choices, "default": None,
                                  "action": "append" if option.multiple else "store"}
     if option.type is not None and wrap is not None:
-        kwargs["type"] = wrap(option.type)  # type: ignore[operator]
-    parser.add_argument(flag, **kwargs)  # type: ignore[arg-type]
+        kwargs["type"] = wrap(option.type)
+    parser.add_argument(flag, **kwargs)
 
 
 def plugin_args() -> list[str]:
@@ -119,7 +123,7 @@ def _check_torch() -> None:
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy" on installs without numpy
-            import torch  # noqa: F401
+            import torch  # noqa: F401  # imported only to prove that it imports
     except Exception as exc:  # noqa: BLE001 - any import failure means the install is broken
         raise UsageError(f"torch cannot be imported ({type(exc).__name__}: {exc}); reinstall it in this "
                          "environment, e.g. pip install --force-reinstall torch") from None
@@ -198,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
             return int(module.main(argv[1:]))
         return run(argv)
     except UsageError as exc:
-        print(f"preflight: error: {exc}", file=sys.stderr)
+        print(f"preflight: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever it quotes
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("preflight: interrupted", file=sys.stderr)

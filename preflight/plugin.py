@@ -138,7 +138,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         if call.when == "call":
             apply_to_report(verdict, report, item)
     if call.when == "call" or (verdict is not None and verdict.status is not Status.PASS):
-        report.user_properties = [*report.user_properties, ("preflight.status", verdict.status.value if verdict else "PASS")]
+        status = verdict.status.value if verdict else "PASS"
+        report.user_properties = [*report.user_properties, ("preflight.status", status)]
     if call.when == "teardown":
         final = state.final()
         report.user_properties = [*report.user_properties, ("preflight.verdict", final.status.value),

@@ -95,10 +95,7 @@ def _verdict_for_exception(excinfo: Any) -> Verdict:
 
 def _skip_reason(report: pytest.TestReport) -> str:
     longrepr = report.longrepr
-    if isinstance(longrepr, tuple) and len(longrepr) == 3:
-        reason = str(longrepr[2])
-    else:
-        reason = str(longrepr or "skipped")
+    reason = str(longrepr[2]) if isinstance(longrepr, tuple) and len(longrepr) == 3 else str(longrepr or "skipped")
     return reason.removeprefix("Skipped: ")
 
 

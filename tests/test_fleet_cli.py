@@ -21,7 +21,7 @@ def test_oneline_is_the_last_line_and_names_the_failing_check(tmp_path):
     last = result.stdout.rstrip("\n").splitlines()[-1]
     code = next(c["code"] for c in report["checks"] if c["status"] == "FAIL")
     assert last == format_oneline(report) and last.startswith(f"NOT READY: {code}") and len(last) <= 80
-    assert f'preflight_check_problem_info{{check="test_devices.py::' in (tmp_path / "node.prom").read_text()
+    assert 'preflight_check_problem_info{check="test_devices.py::' in (tmp_path / "node.prom").read_text()
 
 
 def test_a_prometheus_path_that_is_not_a_prom_file_is_a_usage_error(tmp_path):

@@ -163,12 +163,15 @@ def test_the_same_host_twice_gets_two_distinct_rows(tmp_path):
     assert names == [f"n1 ({first})", f"n1 ({second})"]
 
 
-def test_merge_refuses_a_bad_input_naming_it(tmp_path):
+def test_merge_skips_a_bad_input_naming_it(tmp_path, capsys):
     good = save(tmp_path, "good", make_report("n1", [ddp_check()]))
     bad = save(tmp_path, "bad", '{"tool": {"name": "preflight"}, "schema_version": "9"}')
+    assert merge.main([good, bad, "--out", str(tmp_path / "f")]) == 0
+    assert f"skipped: {bad} has report schema version '9'" in capsys.readouterr().err
+    assert json.loads((tmp_path / "f" / "fleet.json").read_text())["skipped"][0]["source"] == bad
     with pytest.raises(UsageError, match=f"{bad} has report schema version '9'"):
-        merge.main([good, bad, "--out", str(tmp_path / "f")])
-    assert not (tmp_path / "f").exists()
+        merge.main([bad, "--out", str(tmp_path / "g")])
+    assert not (tmp_path / "g").exists()
 
 
 @pytest.mark.parametrize(("value", "median", "mad", "flagged"), [

@@ -124,7 +124,8 @@ def test_written_log_with_prefixes_shm_nvls_and_collnet(test_data: Path) -> None
     log = analyze((test_data / "nccl" / "shm-nvls-collnet-tagged.log").read_text())
     assert log.nccl_version == "2.21.5"
     # Channel 01 0->1 appears twice: counted once.
-    assert log.transports() == {"COLLNET": 1, "NVLS": 2, "P2P": 2, "SHM": 3}
+    assert log.transports() == {"COLLNET": 1, "P2P": 2, "SHM": 3}  # NVLS set-up lines are not connections
+    assert log.nvls_ranks == 2
     assert log.nvls_channels == 16 and log.nvls_used
     collnet = next(c for c in log.connections if c.family == "COLLNET")
     assert (collnet.channel, collnet.src_rank, collnet.dst_rank, collnet.direction) == (0, 0, None, "send")

@@ -73,7 +73,7 @@ def test_text_explains_shm_and_warnings(test_data: Path, capsys: pytest.CaptureF
 def test_text_summarizes_an_nccl_tests_table(shared_fixtures: Path, capsys: pytest.CaptureFixture[str]) -> None:
     main([str(shared_fixtures / "nccl_tests" / "8xH100-SXM-single-node-all_reduce_perf-128M-4G-NVLS.txt")])
     out = capsys.readouterr().out
-    assert "peak busbw 476.53 GB/s at 4 GiB, average 439.37 GB/s over 6 sizes" in out
+    assert "peak busbw 476.53 GB/s at 4 GiB (the largest size tested), average 439.37 GB/s over 6 sizes" in out
 
 
 def test_stdin(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:

@@ -15,7 +15,7 @@ def _names() -> list[str]:
     return sorted(p.name for p in path.iterdir()) if path.is_dir() else ["(absent)"]
 
 
-# name -> (rows, ranks listed, peak busbw, peak size, footer average, #wrong total, first size, has in-place)
+# name -> (rows, ranks (listed, or NCCL INFO nranks), peak busbw, peak size, footer average, #wrong total, first size, has in-place)
 EXPECTED: dict[str, tuple[int, int | None, float, int, float | None, int | None, int, bool]] = {
     "2x8xH100-multinode-srun-prefixed-validation-off-NA.txt": (11, 16, 167.87, 268435456, 142.735, None, 8388608, True),
     "2xA40-NV4-bridge-pair-all_reduce_perf-1G-10G.txt": (4, None, 47.49, 4294967296, 47.4509, 0, 1073741824, True),
@@ -30,7 +30,7 @@ EXPECTED: dict[str, tuple[int, int | None, float, int, float | None, int | None,
     "8xA100-SXM4-80GB-all_reduce_perf-nccl-tests-2.19.4-new-header-format.txt": (25, 8, 182.90, 134217728, 34.9024, 0, 8, True),
     "8xB200-GKE-A4-single-node-all_reduce-ABRIDGED-by-author.txt": (12, 8, 845.44, 17179869184, 587.371, None, 8388608, False),
     "8xH100-SXM-single-node-all_reduce_perf-128M-4G-NVLS.txt": (6, 8, 476.53, 4294967296, 439.369, 0, 134217728, True),
-    "8xH800-broadcast_perf-validation-off-NA-4B-2G.txt": (30, None, 165.02, 2147483648, None, None, 4, True),
+    "8xH800-broadcast_perf-validation-off-NA-4B-2G.txt": (30, 8, 165.02, 2147483648, None, None, 4, True),
     "8xRTX4090-stock-driver-no-P2P-all_reduce_perf-8B-128M.txt": (25, 8, 15.04, 33554432, 4.85265, 0, 8, True),
 }
 

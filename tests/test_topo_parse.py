@@ -38,7 +38,10 @@ def _check(text: str, expected: dict) -> None:
     for key in MATRIX_KEYS:
         assert got[key] == expected[key], key
     unread = expected.get("unread_affinity", [])
-    assert [note.split(":")[0] for note in matrix.notes] == unread
+    assert [note.split(":")[0] for note in matrix.notes if note.startswith("GPU")] == unread
+    pasted = [note for note in matrix.notes if not note.startswith("GPU")]
+    assert pasted == ([] if "note" not in expected else [n for n in pasted if expected["note"] in n]), pasted
+    assert ("note" in expected) == bool(pasted)
 
 
 @pytest.mark.parametrize("name", _shared_names())

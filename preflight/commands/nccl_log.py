@@ -9,15 +9,15 @@ too. Exit code 0 after a successful analysis, 2 when the file cannot be read.
 from __future__ import annotations
 
 import json
-import sys
 from typing import Any
 
 from preflight.errors import UsageError
+from preflight.inputs import read_text, shown
 from preflight.options import UsageParser
 from preflight.judge.nccl import human_bytes
 from preflight.parse.nccl_explain import explain
-from preflight.parse.nccl_log import NcclLogError, analyze
-from preflight.parse.nccl_tests import NcclTestsError, contains_table, parse_nccl_tests
+from preflight.parse.nccl_log import NcclLog, NcclLogError, analyze
+from preflight.parse.nccl_tests import NcclTestsError, contains_table, looks_like_nccl_tests, parse_nccl_tests
 
 
 def main(argv: list[str]) -> int:
@@ -26,12 +26,17 @@ def main(argv: list[str]) -> int:
     parser.add_argument("file", help="log file to read, or - for standard input")
     parser.add_argument("--json", action="store_true", help="print JSON instead of text")
     args = parser.parse_args(argv)
-    text = _read(args.file)
+    text = read_text(args.file)
+    if not text.strip():
+        raise UsageError(f"{shown(args.file)} is empty: there is no log to read")
     try:
         log = analyze(text)
     except NcclLogError as exc:
-        raise UsageError(f"{args.file}: {exc}") from None
-    result = {"file": args.file, **explain(log), "nccl_tests": _nccl_tests_summary(text)}
+        raise UsageError(f"{shown(args.file)}: {exc}") from None
+    tests = _nccl_tests_summary(text)
+    if tests is not None and "error" in tests and _nothing_else(log):
+        raise UsageError(f"{shown(args.file)} is nccl-tests output, but its table cannot be read: {tests['error']}")
+    result = {"file": args.file, **explain(log), "nccl_tests": tests}
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -39,24 +44,9 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _read(path: str) -> str:
-    """The file's text (stdin for ``-``); unreadable or binary input is a usage error."""
-    try:
-        if path == "-":
-            data = sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read().encode()
-        else:
-            with open(path, "rb") as handle:
-                data = handle.read()
-    except OSError as exc:
-        raise UsageError(f"cannot read {path}: {exc.strerror or exc}") from None
-    if b"\x00" in data:
-        raise UsageError(f"{path} is binary data, not a text log")
-    return data.decode("utf-8", errors="replace")
-
-
 def _nccl_tests_summary(text: str) -> dict[str, Any] | None:
-    """Peak and average busbw of an nccl-tests table in the same text, or None."""
-    if not contains_table(text):
+    """Peak and average busbw of an nccl-tests table in the same text, or None when there is none."""
+    if not contains_table(text) and not looks_like_nccl_tests(text):
         return None
     try:
         result = parse_nccl_tests(text)
@@ -64,15 +54,25 @@ def _nccl_tests_summary(text: str) -> dict[str, Any] | None:
         return {"error": str(exc)}
     peak = result.peak
     return {
-        "collective": result.collective,
+        "collective": result.collective_named,
+        "collective_candidates": list(result.layout_collectives),
         "ranks": result.ranks,
+        "devices_elided": result.devices_elided,
+        "single_rank": result.single_rank,
         "sizes": len(result.rows),
         "peak_busbw_gbps": peak.busbw_gbps,
         "peak_size_bytes": peak.size_bytes,
+        "max_size_bytes": result.max_size_bytes,
         "avg_busbw_gbps": round(result.avg_busbw_gbps, 4),
         "reported_avg_busbw_gbps": result.reported_avg_busbw,
         "wrong": result.wrong_total,
+        "notes": list(result.notes),
     }
+
+
+def _nothing_else(log: NcclLog) -> bool:
+    """The log part found nothing at all: the file is only the table that could not be read."""
+    return not (log.connections or log.warnings or log.timeouts or log.errors or log.nvls_used)
 
 
 def _plural(count: int, word: str) -> str:
@@ -128,13 +128,26 @@ def render_text(result: dict[str, Any]) -> str:
         if "error" in tests:
             out.append(f"nccl-tests table: could not be read ({tests['error']})")
         else:
-            ranks = f" on {_plural(tests['ranks'], 'rank')}" if tests["ranks"] else ""
-            out.append(
-                f"nccl-tests table ({tests['collective'] or 'collective not named'}{ranks}): peak busbw "
-                f"{tests['peak_busbw_gbps']:.2f} GB/s at {human_bytes(tests['peak_size_bytes'])}, average "
-                f"{tests['avg_busbw_gbps']:.2f} GB/s over {_plural(tests['sizes'], 'size')}"
-            )
+            out.append(_tests_text(tests))
+            out.extend(f"  note: {note}" for note in tests["notes"])
     return "\n".join(out)
+
+
+def _tests_text(tests: dict[str, Any]) -> str:
+    """``nccl-tests table (all_reduce_perf on 8 ranks): peak busbw ... at 4 GiB (the largest size tested), ...``."""
+    ranks = f" on {_plural(tests['ranks'], 'rank')}" if tests["ranks"] else ""
+    candidates = tests["collective_candidates"]
+    name = " or ".join(candidates) if candidates else tests["collective"] or "collective not named"
+    told = "; the collective told from the columns" if candidates else ""
+    head = f"nccl-tests table ({name}{ranks}{told}): "
+    if tests["single_rank"]:
+        return head + ("one rank has no peer to exchange data with: busbw is 0 by definition, and the run did "
+                       "not cross GPUs or nodes, so it says nothing about the links")
+    largest = tests["max_size_bytes"]
+    where = " (the largest size tested)" if largest == tests["peak_size_bytes"] else (
+        f", largest size tested {human_bytes(largest)}")
+    return (head + f"peak busbw {tests['peak_busbw_gbps']:.2f} GB/s at {human_bytes(tests['peak_size_bytes'])}{where}, "
+            f"average {tests['avg_busbw_gbps']:.2f} GB/s over {_plural(tests['sizes'], 'size')}")
 
 
 def _timeout_text(timeout: dict[str, Any]) -> str:

@@ -3,8 +3,9 @@
 For a support engineer who received only ``preflight.json``: writes the HTML the run would have
 written (default: beside the JSON, ``.html`` instead of ``.json``). ``--oneline`` prints the run's
 status in at most 80 characters instead and exits like the run did (0 ready or degraded, 1 not
-ready), which is what a health daemon reading the last report needs. A file that is not a
-preflight report, or one of an unknown schema version, is refused with exit code 2.
+ready), which is what a health daemon reading the last report needs. ``-`` reads the report from
+stdin. A file that is not a preflight report (checked against the shipped schema first), or one
+of an unknown schema version, is refused in one line with exit code 2.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import jinja2
 
 from preflight.errors import EXIT_NOT_READY, EXIT_OK, UsageError
+from preflight.inputs import STDIN, shown
 from preflight.options import UsageParser
 from preflight.report.html import render_html
 from preflight.report.oneline import format_oneline
@@ -25,7 +27,7 @@ from preflight.report.writer import write_atomic
 def build_parser() -> argparse.ArgumentParser:
     parser = UsageParser(prog="preflight report", description="Re-render the HTML of a saved preflight.json, or print "
                      "its one-line status.")
-    parser.add_argument("report", type=Path, metavar="REPORT.json", help="a preflight.json written by preflight")
+    parser.add_argument("report", metavar="REPORT.json", help="a preflight.json written by preflight ('-' = stdin)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="HTML file to write (default: REPORT.html beside it)")
     parser.add_argument("--oneline", action="store_true", help="print the status in at most 80 characters and exit "
                         "with the run's exit code (0 ready or degraded, 1 not ready) instead of writing HTML")
@@ -41,14 +43,21 @@ def main(argv: list[str]) -> int:
     if args.oneline:
         print(format_oneline(report))
         return EXIT_NOT_READY if report["verdict"] == "NOT READY" else int(report["run"].get("exit_code") or EXIT_OK)
-    out = args.out or args.report.with_suffix(".html")
+    if args.out is None and args.report == STDIN:
+        raise UsageError("a report read from standard input needs --out FILE (or --oneline)")
+    out = args.out or Path(args.report).with_suffix(".html")
+    name = shown(args.report)
     try:
         html = render_html(report)
     except jinja2.UndefinedError as exc:
-        raise UsageError(f"{args.report} is not a complete preflight report ({exc.message})") from None
+        raise UsageError(f"{name} is not a complete preflight report ({exc.message})") from None
+    except (jinja2.TemplateError, TypeError, ValueError, KeyError, AttributeError, RecursionError) as exc:
+        # The schema checks the envelope; the node block and a view's data are free-form, and a
+        # hand-edited value there (a string where the chart wants numbers) must not end in a traceback.
+        raise UsageError(f"{name}: cannot render its HTML ({type(exc).__name__}: {exc})") from None
     try:
         write_atomic(out, html)
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    print(f"{report['verdict']}  report: {out}")
+    print(f"{report['verdict']}  report: {shown(str(out))}")
     return EXIT_OK

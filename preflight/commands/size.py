@@ -17,7 +17,9 @@ from preflight.judge.memory_fit import DEFAULT_HEADROOM, GpuMemory, plan_as_dict
 from preflight.judge.sizing import parse_bytes_per_param
 from preflight.parse.quantity import parse_headroom, parse_memory_size, parse_param_count
 
-_VALUE_OPTIONS = ("--model-params", "--gpus", "--gpu-memory", "--bytes-per-param", "--largest-layer-params", "--headroom")
+_VALUE_OPTIONS = (
+    "--model-params", "--gpus", "--gpu-memory", "--bytes-per-param", "--largest-layer-params", "--headroom"
+)
 
 
 def _gpu_count(text: str) -> int:
@@ -39,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--model-params", required=True, type=argparse_type(parse_param_count), metavar="N",
                         help="model size: 7B, 7e9, 7000M, 1.5T, 350k")
-    parser.add_argument("--gpus", required=True, type=argparse_type(_gpu_count), metavar="N", help="number of GPUs (ranks)")
+    parser.add_argument("--gpus", required=True, type=argparse_type(_gpu_count), metavar="N",
+                        help="number of GPUs (ranks)")
     parser.add_argument("--gpu-memory", required=True, type=argparse_type(parse_memory_size), metavar="SIZE",
                         help="memory of one GPU: 80GB (10^9 bytes), 80GiB, 81559MiB")
     parser.add_argument("--bytes-per-param", type=argparse_type(parse_bytes_per_param), default=None, metavar="SPEC",

@@ -10,11 +10,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
-from pathlib import Path
 from typing import Any
 
 from preflight.errors import UsageError
+from preflight.inputs import STDIN, read_text, shown
 from preflight.options import UsageParser
 from preflight.judge.topology import classify, judge_affinity, judge_layout, judge_nvlink_balance
 from preflight.outcome import Verdict
@@ -64,13 +63,10 @@ def main(argv: list[str], runner: CommandRunner = run_command) -> int:
 
 def _read(file: str | None, runner: CommandRunner, timeout_s: float) -> tuple[str, str]:
     """The capture's text and where it came from."""
-    if file == "-":
-        return sys.stdin.read(), "stdin"
+    if file == STDIN:
+        return read_text(file), "stdin"
     if file is not None:
-        try:
-            return Path(file).read_text(errors="replace"), file
-        except OSError as exc:
-            raise UsageError(f"cannot read {file}: {exc.strerror or exc}") from None
+        return read_text(file), shown(file)
     result = runner(LIVE_ARGV, timeout_s=timeout_s)
     if result.not_found:
         raise UsageError("nvidia-smi not found on PATH: no NVIDIA driver here; pass a saved capture (FILE or -)")

@@ -26,17 +26,21 @@ COLORS = ("#0a58ca", "#b3261e", "#1e7f3c", "#6b1f8f")
 def _nice_step(span: float) -> float:
     """A 1/2/5 x 10^k step giving about five ticks over ``span``."""
     raw = span / 5 if span > 0 else 1.0
-    power = 10 ** math.floor(math.log10(raw))
+    power: float = 10 ** math.floor(math.log10(raw))  # an int for k >= 0, as before; a float below
     for factor in (1, 2, 5, 10):
         if raw <= factor * power:
             return factor * power
     return 10 * power
 
 
-def busbw_chart(runs: Sequence[SweepRun], expected: Expectation | None, title: str = "All-reduce busbw by message size") -> View:
+def busbw_chart(
+    runs: Sequence[SweepRun], expected: Expectation | None, title: str = "All-reduce busbw by message size"
+) -> View:
     """Both runs' busbw against message size (log scale), with the expected figure as a dashed line."""
     sizes = sorted({s.bytes for run in runs for s in run.sizes})
-    top_value = max([s.busbw_gbps for run in runs for s in run.sizes] + [expected.busbw_gbps if expected else 0.0] + [0.0])
+    top_value = max(
+        [s.busbw_gbps for run in runs for s in run.sizes] + [expected.busbw_gbps if expected else 0.0] + [0.0]
+    )
     step = _nice_step(top_value * 1.1 or 1.0)
     y_max = step * math.ceil((top_value * 1.1 or 1.0) / step)
     x0, x1, y0, y1 = LEFT, WIDTH - RIGHT, HEIGHT - BOTTOM, TOP

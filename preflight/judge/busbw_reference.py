@@ -67,26 +67,37 @@ REFERENCES: tuple[Reference, ...] = (
     Reference("H100 SXM", 8, 8, _NV, 475.0,
               "8x H100 SXM with NVLS: 476.53 GB/s @4 GiB, nccl-tests table in NVIDIA/nccl-tests#290 "
               "(maintainer: 'in the expected range'); ~480 GB/s per sjeaugey in NVIDIA/nccl-tests#212"),
-    Reference("H100 SXM", 7, 7, _NV, 460.0, "7 GPUs of an H100 NVSwitch node: ~460 GB/s (user measurements, NVIDIA/nccl#1455)"),
-    Reference("H100 SXM", 6, 6, _NV, 440.0, "6 GPUs of an H100 NVSwitch node: ~440 GB/s (user measurements, NVIDIA/nccl#1455)"),
-    Reference("H100 SXM", 5, 5, _NV, 420.0, "5 GPUs of an H100 NVSwitch node: ~420 GB/s (user measurements, NVIDIA/nccl#1455)"),
+    Reference("H100 SXM", 7, 7, _NV, 460.0,
+              "7 GPUs of an H100 NVSwitch node: ~460 GB/s (user measurements, NVIDIA/nccl#1455)"),
+    Reference("H100 SXM", 6, 6, _NV, 440.0,
+              "6 GPUs of an H100 NVSwitch node: ~440 GB/s (user measurements, NVIDIA/nccl#1455)"),
+    Reference("H100 SXM", 5, 5, _NV, 420.0,
+              "5 GPUs of an H100 NVSwitch node: ~420 GB/s (user measurements, NVIDIA/nccl#1455)"),
     Reference("H100 SXM", 4, 4, _NV, 355.0,
               "4x H100 SXM VM: 355.89 GB/s @1 GiB, NCCL 2.26.2 (captured nccl-tests table, Lambda blog)"),
-    Reference("H100 SXM", 2, 3, _NV, 365.0, "2-4 GPUs of an H100 NVSwitch node: ~365-370 GB/s, NVLS gains start at 5 GPUs (NVIDIA/nccl#1455)"),
+    Reference("H100 SXM", 2, 3, _NV, 365.0,
+              "2-4 GPUs of an H100 NVSwitch node: ~365-370 GB/s, NVLS gains start at 5 GPUs (NVIDIA/nccl#1455)"),
     Reference("H200 SXM", 8, 8, _NV, 475.0,
               "8x H200 SXM: 475 GB/s (NVIDIA/nccl-tests#272); 482 GB/s via torch (stas00/ml-engineering "
               "all-reduce-8xH200); Azure AzNHC passes at 431 GB/s @16 GiB"),
     Reference("A100 SXM", 8, 8, _NV, 230.0,
-              "8x A100 SXM: ~230 GB/s (NVIDIA/nccl-tests#149); captured 232.93 GB/s @4 GiB; Azure AzNHC passes at 228 GB/s"),
-    Reference("A100 SXM", 4, 4, _NV, 230.0, "4 of 8 A100 SXM on NVSwitch: 234.74 GB/s @8 GiB (captured nccl-tests table)"),
-    Reference("B200", 8, 8, _NV, 830.0, "8x B200: 830+ GB/s (NVIDIA/nccl#1807); 838.97 GB/s @16 GiB via torch (stas00/ml-engineering)"),
+              "8x A100 SXM: ~230 GB/s (NVIDIA/nccl-tests#149); captured 232.93 GB/s @4 GiB; "
+              "Azure AzNHC passes at 228 GB/s"),
+    Reference("A100 SXM", 4, 4, _NV, 230.0,
+              "4 of 8 A100 SXM on NVSwitch: 234.74 GB/s @8 GiB (captured nccl-tests table)"),
+    Reference("B200", 8, 8, _NV, 830.0,
+              "8x B200: 830+ GB/s (NVIDIA/nccl#1807); 838.97 GB/s @16 GiB via torch (stas00/ml-engineering)"),
     Reference("B300", 8, 8, _NV, 845.0, "8x B300 with NVLS: 845 GB/s (user measurement, NVIDIA/nccl#2140)"),
     Reference("A40", 2, 2, _BRIDGE, 47.0, "2x A40 over an NV4 bridge: 47.49 GB/s @8 GiB (captured nccl-tests table)"),
     Reference("A100 PCIe", 2, 2, _BRIDGE, 208.0,
-              "2x A100 PCIe on an NV12 bridge: ~208 GB/s (user, NVIDIA/nccl-tests#178); Azure NC48ads_A100_v4 passes at 193"),
-    Reference("H100 PCIe", 2, 2, _BRIDGE, 116.0, "2x H100 PCIe with an NVLink bridge: ~116 GB/s (user, NVIDIA/nccl#1161, nccl-tests#194)"),
-    Reference("A100 PCIe", 4, 4, _GEN4, 25.0, "4x A100 PCIe in bridged pairs: Azure AzNHC passes NC96ads_A100_v4 at 25 GB/s @8 GiB"),
-    Reference("RTX 4090", 8, 8, _GEN4, 15.0, "8x RTX 4090, stock driver (no P2P, SHM): 15.04 GB/s @32 MiB (captured nccl-tests table)"),
+              "2x A100 PCIe on an NV12 bridge: ~208 GB/s (user, NVIDIA/nccl-tests#178); "
+              "Azure NC48ads_A100_v4 passes at 193"),
+    Reference("H100 PCIe", 2, 2, _BRIDGE, 116.0,
+              "2x H100 PCIe with an NVLink bridge: ~116 GB/s (user, NVIDIA/nccl#1161, nccl-tests#194)"),
+    Reference("A100 PCIe", 4, 4, _GEN4, 25.0,
+              "4x A100 PCIe in bridged pairs: Azure AzNHC passes NC96ads_A100_v4 at 25 GB/s @8 GiB"),
+    Reference("RTX 4090", 8, 8, _GEN4, 15.0,
+              "8x RTX 4090, stock driver (no P2P, SHM): 15.04 GB/s @32 MiB (captured nccl-tests table)"),
     Reference("RTX 5090", 8, 8, _GEN5, 28.0, "8x RTX 5090: 28 GB/s (NVIDIA/nccl#1639)"),
     Reference("RTX 5090", 4, 4, _GEN5, 35.0, "4x RTX 5090: 35 GB/s (NVIDIA/nccl#1639)"),
     Reference("RTX PRO 6000 Blackwell", 8, 8, _GEN5, 22.0,
@@ -96,7 +107,8 @@ REFERENCES: tuple[Reference, ...] = (
               "PCIe Gen4 hosts reach ~15-25 GB/s busbw, CPU/root-complex bound (captured: 8x RTX 4090 15.04, "
               "4x RTX 4090 with P2P 25.31; AzNHC 4x A100 PCIe 25); the low end is used"),
     Reference(None, 2, 8, _GEN5, 20.0,
-              "PCIe Gen5 hosts reach ~20-45 GB/s busbw (rtx6kpro 22.2 default; NVIDIA/nccl#1639 28-35); the low end is used"),
+              "PCIe Gen5 hosts reach ~20-45 GB/s busbw (rtx6kpro 22.2 default; NVIDIA/nccl#1639 28-35); "
+              "the low end is used"),
 )
 
 _FAMILIES: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -166,7 +178,9 @@ def expected_busbw(
 _NVSWITCH_FAMILIES = frozenset({"H100 SXM", "H200 SXM", "A100 SXM", "B200", "B300", "GB200", "GH200"})
 
 
-def classify_interconnect(gpu_name: str, gpus: int, nvlink_all_pairs: bool | None, pcie_gen: int | None) -> Interconnect:
+def classify_interconnect(
+    gpu_name: str, gpus: int, nvlink_all_pairs: bool | None, pcie_gen: int | None
+) -> Interconnect:
     """The slowest link class the ring crosses, from NVML's NVLink P2P status and PCIe generation.
 
     Every pair on NVLink is an NVSwitch fabric for SXM parts and a bridge for a pair of PCIe cards;

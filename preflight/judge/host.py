@@ -68,7 +68,8 @@ def judge_memlock(memlock: MemlockFacts, container: ContainerFacts) -> Verdict:
                       "against it (it matters for InfiniBand, RoCE and EFA)", metrics=metrics)
     devices = ", ".join(memlock.rdma_devices)
     if container.in_container:
-        fix = "Restart the container with `--ulimit memlock=-1` (Kubernetes: raise LimitMEMLOCK for containerd on the node)."
+        fix = ("Restart the container with `--ulimit memlock=-1` "
+               "(Kubernetes: raise LimitMEMLOCK for containerd on the node).")
     elif memlock.hard_bytes is None:
         fix = "Run `ulimit -l unlimited` in the shell that starts the job (the hard limit allows it)."
     else:

@@ -106,14 +106,16 @@ def env_findings(env: Mapping[str, str], *, ranks: int, cores_per_rank: float | 
          "all-reduce bandwidth can drop tenfold")
     if env.get("NCCL_P2P_LEVEL", "").strip().upper() in ("LOC", "0"):
         found.append(EnvFinding("NCCL_P2P_LEVEL", env["NCCL_P2P_LEVEL"],
-                                "LOC disables peer-to-peer between all GPUs, like NCCL_P2P_DISABLE", "unset NCCL_P2P_LEVEL"))
+                                "LOC disables peer-to-peer between all GPUs, like NCCL_P2P_DISABLE",
+                                "unset NCCL_P2P_LEVEL"))
     flag("NCCL_SHM_DISABLE", "without shared memory NCCL falls back to sockets between GPUs that cannot use P2P")
     for name in ("TORCH_NCCL_BLOCKING_WAIT", "NCCL_BLOCKING_WAIT"):
         flag(name, "each collective blocks the CPU until it finishes, removing compute/communication overlap")
     flag("PYTORCH_NO_CUDA_MEMORY_CACHING", "the caching allocator is off: every allocation calls cudaMalloc")
     if env.get("TORCH_DISTRIBUTED_DEBUG", "").strip().upper() == "DETAIL":
         found.append(EnvFinding("TORCH_DISTRIBUTED_DEBUG", env["TORCH_DISTRIBUTED_DEBUG"],
-                                "adds a consistency-check collective before every collective", "unset TORCH_DISTRIBUTED_DEBUG"))
+                                "adds a consistency-check collective before every collective",
+                                "unset TORCH_DISTRIBUTED_DEBUG"))
     if "OMP_NUM_THREADS" not in env and ranks > 1 and cores_per_rank and cores_per_rank >= OMP_WARN_CORES_PER_RANK:
         threads = int(cores_per_rank)
         found.append(EnvFinding("OMP_NUM_THREADS", None,

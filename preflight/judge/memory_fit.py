@@ -109,7 +109,8 @@ def plan_memory_fit(
             name, params=params, gpus=len(gpus), split=split, largest_layer_params=largest_layer_params
         )
         fewest = (
-            min_gpus(name, params=params, split=split, available_bytes=available, largest_layer_params=largest_layer_params)
+            min_gpus(name, params=params, split=split, available_bytes=available,
+                     largest_layer_params=largest_layer_params)
             if available > 0
             else None
         )
@@ -267,10 +268,12 @@ def plan_lines(plan: FitPlan) -> list[str]:
     ]
     needed = plan.gpus_needed
     if plan.recommended:
-        lines.append(f"Fits: {', '.join(plan.fitting)}. Recommended: {STRATEGY_TITLES[plan.recommended]} (least sharding that fits).")
+        lines.append(f"Fits: {', '.join(plan.fitting)}. "
+                     f"Recommended: {STRATEGY_TITLES[plan.recommended]} (least sharding that fits).")
     elif needed:
         lines.append(
-            f"Nothing fits on {len(plan.gpus)} GPUs. {STRATEGY_TITLES[needed[0]]} needs at least {needed[1]} GPUs of this kind."
+            f"Nothing fits on {len(plan.gpus)} GPUs. "
+            f"{STRATEGY_TITLES[needed[0]]} needs at least {needed[1]} GPUs of this kind."
         )
     else:
         lines.append("Nothing fits, on any number of GPUs of this kind.")

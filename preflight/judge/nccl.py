@@ -112,7 +112,8 @@ def _cost_text(p2p_off: SweepRun, expected: Expectation | None) -> str:
         return "its cost could not be measured."
     text = f"measured here it reaches {peak.busbw_gbps:.1f} GB/s busbw"
     if expected is not None:
-        text += f", {peak.busbw_gbps / expected.busbw_gbps:.0%} of the {expected.busbw_gbps:.0f} GB/s expected for {expected.platform}"
+        text += (f", {peak.busbw_gbps / expected.busbw_gbps:.0%} of the {expected.busbw_gbps:.0f} GB/s "
+                 f"expected for {expected.platform}")
     return text + "."
 
 
@@ -156,7 +157,8 @@ def judge_p2p(
             f"NCCL_P2P_DISABLE=1 ({_status_words(p2p_off)})",
             "NCCL cannot run a collective on this node in either mode. Read each rank's lines in the "
             "evidence (or `preflight nccl-log <saved log>`). Common causes: the NVIDIA driver and the "
-            "CUDA runtime in torch do not match (`nvidia-smi` vs `python -c 'import torch; print(torch.version.cuda)'`), "
+            "CUDA runtime in torch do not match "
+            "(`nvidia-smi` vs `python -c 'import torch; print(torch.version.cuda)'`), "
             "the NVSwitch fabric manager is not running on HGX systems (`systemctl status nvidia-fabricmanager`), "
             "/dev/shm is too small in a container (`df -h /dev/shm`; run with `--ipc=host` or `--shm-size=8g`), "
             "or a GPU is in a bad state (`nvidia-smi -q | grep -i -A3 'xid\\|retired\\|remapp'`; reset or reboot).",
@@ -192,10 +194,12 @@ def _compare_speeds(
     """Both runs worked: is P2P-off clearly faster over the sizes both measured?"""
     common = sorted({s.bytes for s in p2p_on.sizes} & {s.bytes for s in p2p_off.sizes})
     if not common:
-        return skip("the two runs share no message size, so they cannot be compared", metrics=metrics, evidence=evidence)
+        return skip("the two runs share no message size, so they cannot be compared",
+                    metrics=metrics, evidence=evidence)
     on_peak = max(p2p_on.busbw_at(n) or 0.0 for n in common)
     off_peak = max(p2p_off.busbw_at(n) or 0.0 for n in common)
-    both = f"P2P enabled {on_peak:.1f} GB/s, NCCL_P2P_DISABLE=1 {off_peak:.1f} GB/s busbw peak on {p2p_on.world_size} GPUs"
+    both = (f"P2P enabled {on_peak:.1f} GB/s, NCCL_P2P_DISABLE=1 {off_peak:.1f} GB/s busbw peak "
+            f"on {p2p_on.world_size} GPUs")
     if on_peak > 0 and off_peak >= on_peak * CLEARLY_FASTER and workaround_set:
         return passed(f"{both}: NCCL_P2P_DISABLE=1, already set in the job's environment, is the faster choice here",
                       metrics=metrics, evidence=evidence)
@@ -239,7 +243,8 @@ def judge_busbw(run: SweepRun, expected: Expectation | None) -> Verdict:
         )
     peak = max(run.sizes, key=lambda s: s.busbw_gbps)
     measured = Metric("busbw_peak", round(peak.busbw_gbps, 3), "GB/s", {"run": run.label})
-    figures = f"peak all-reduce busbw {peak.busbw_gbps:.1f} GB/s at {human_bytes(peak.bytes)} on {run.world_size} ranks ({run.backend})"
+    figures = (f"peak all-reduce busbw {peak.busbw_gbps:.1f} GB/s at {human_bytes(peak.bytes)} "
+               f"on {run.world_size} ranks ({run.backend})")
     if expected is None:
         return passed(f"{figures}; no reference figure for this platform, so not judged", metrics=(measured,))
     ratio = peak.busbw_gbps / expected.busbw_gbps
@@ -263,7 +268,9 @@ def judge_busbw(run: SweepRun, expected: Expectation | None) -> Verdict:
         "`--expect-busbw <GB/s>`."
     )
     if ratio < FAIL_BELOW:
-        return fail("NCCL_BUSBW_LOW", versus + f" (below {FAIL_BELOW:.0%})", remediation, metrics=metrics, evidence=evidence)
+        return fail("NCCL_BUSBW_LOW", versus + f" (below {FAIL_BELOW:.0%})", remediation,
+                    metrics=metrics, evidence=evidence)
     if ratio < WARN_BELOW:
-        return warn("NCCL_BUSBW_LOW", versus + f" (below {WARN_BELOW:.0%})", remediation, metrics=metrics, evidence=evidence)
+        return warn("NCCL_BUSBW_LOW", versus + f" (below {WARN_BELOW:.0%})", remediation,
+                    metrics=metrics, evidence=evidence)
     return passed(versus, metrics=metrics, evidence=evidence)

@@ -16,9 +16,12 @@ from preflight.outcome import Metric, Verdict, passed, skip, warn
 from preflight.probe.sweep import SweepRun, env_flag_set
 
 _DEFAULT_BUFFSIZE = 4 * 1024 * 1024
-_RESTRICTIVE_P2P_LEVELS = {"LOC": "disables P2P", "0": "disables P2P", "NVL": "allows P2P over NVLink only",
-                           "PIX": "allows P2P only behind one PCIe switch", "1": "allows P2P only behind one PCIe switch",
-                           "PXB": "allows P2P only across PCIe switches, not the CPU", "2": "allows P2P only across PCIe switches, not the CPU"}
+_RESTRICTIVE_P2P_LEVELS = {
+    "LOC": "disables P2P", "0": "disables P2P", "NVL": "allows P2P over NVLink only",
+    "PIX": "allows P2P only behind one PCIe switch", "1": "allows P2P only behind one PCIe switch",
+    "PXB": "allows P2P only across PCIe switches, not the CPU",
+    "2": "allows P2P only across PCIe switches, not the CPU",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,7 @@ def judge_nccl_env(
     figures = f"{with_peak:.1f} GB/s busbw with it, {without_peak:.1f} GB/s without"
     if with_peak > 0 and without_peak >= with_peak * CLEARLY_FASTER:
         cost = 1 - with_peak / without_peak
-        return warn("NCCL_ENV_COSTS_SPEED", f"{names} in the job's environment costs {cost:.0%} of all-reduce speed: {figures}",
+        return warn("NCCL_ENV_COSTS_SPEED",
+                    f"{names} in the job's environment costs {cost:.0%} of all-reduce speed: {figures}",
                     remediation, metrics=metrics, evidence=evidence)
     return passed(f"{names} is set but costs nothing measurable here: {figures}", metrics=metrics, evidence=evidence)

@@ -69,7 +69,7 @@ def judge_p2p(result: Mapping[str, Any], names: Mapping[int, str] | None = None,
         return fail("P2P_DATA_CORRUPT", f"data arrived wrong on {len(corrupt)} pair(s): {'; '.join(corrupt[:4])}",
                     P2P_FIX, **extra)
     no_peer = [k for p, k in zip(pairs, key, strict=True) if not p.get("can_access_peer")]
-    nvlink_no_peer = [label[k] for k in no_peer if link[k] and link[k].startswith("NV")]
+    nvlink_no_peer = [label[k] for k in no_peer if (link[k] or "").startswith("NV")]
     if nvlink_no_peer:
         return fail(
             "P2P_NVLINK_NOT_USABLE",

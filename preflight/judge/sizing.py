@@ -218,7 +218,8 @@ def min_gpus(
         return None
     count = max(1, math.ceil(shardable / room))
     while (
-        size_strategy(name, params=params, gpus=count, split=split, largest_layer_params=largest_layer_params).bytes_per_gpu
+        size_strategy(name, params=params, gpus=count, split=split,
+                      largest_layer_params=largest_layer_params).bytes_per_gpu
         > available_bytes
     ):
         count += 1

@@ -123,7 +123,7 @@ def _results(launch: LaunchResult) -> list[dict[str, Any]]:
 def strategy_table(launch: LaunchResult) -> View:
     """Per rank: state, device, step time, losses, digests, memory and the checkpoint figures."""
     rows = []
-    for rank, result in zip(launch.ranks, _results(launch)):
+    for rank, result in zip(launch.ranks, _results(launch), strict=True):
         device = (rank.result or {}).get("device", {})
         detail = "" if rank.state == "finished" else (rank.where() if rank.state == "hung" else rank.error or "")
         losses = result.get("losses") or []
@@ -263,7 +263,7 @@ def _divergence(results: Sequence[Mapping[str, Any]], tolerance: float) -> dict[
     for rank, result in enumerate(results[1:], start=1):
         kinds = []
         if len(result["losses"]) != len(reference["losses"]) or not all(
-                _close(a, b, tolerance) for a, b in zip(result["losses"], reference["losses"])):
+                _close(a, b, tolerance) for a, b in zip(result["losses"], reference["losses"], strict=True)):
             kinds.append("loss averaged over ranks")
         if not _close(result.get("probe_loss"), reference.get("probe_loss"), tolerance):
             kinds.append(f"probe loss {result.get('probe_loss')} vs {reference.get('probe_loss')}")
@@ -287,7 +287,7 @@ def _judge_checkpoint(results: Sequence[Mapping[str, Any]], title: str, prefix: 
             return warn(f"{prefix}_CHECKPOINT_NEEDS_NUMPY", summary, NUMPY_FIX)
         return fail(f"{prefix}_CHECKPOINT_UNAVAILABLE", summary, MISMATCH_FIX)
     bad = {}
-    for rank, (result, checkpoint) in enumerate(zip(results, checkpoints)):
+    for rank, (result, checkpoint) in enumerate(zip(results, checkpoints, strict=True)):
         problems = []
         if checkpoint.get("mismatched_count"):
             names = ", ".join(checkpoint.get("mismatched") or [])

@@ -10,6 +10,7 @@ neither file was killed while still running (hung) or died without a word (crash
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -229,10 +230,8 @@ def _stop(proc: subprocess.Popen[bytes], run_dir: Path) -> list[int]:
         for p in alive:
             _signal_pid(p.pid, sig)
         psutil.wait_procs(alive, timeout=TERM_GRACE_S)
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=TERM_GRACE_S)
-    except subprocess.TimeoutExpired:
-        pass
     return [p.pid for p in family if _alive(p)]
 
 
@@ -270,17 +269,13 @@ def _process_groups(pids: set[int]) -> set[int]:
 
 
 def _signal_group(pgid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _signal_pid(pid: int, sig: int) -> None:
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.kill(pid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
 
 
 def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:

@@ -15,7 +15,8 @@ from preflight.parse.nccl_log import Connection, NcclLog, PairTransport, device_
 FAMILY_MEANING = {
     "P2P": "direct GPU-to-GPU copies (peer-to-peer over NVLink or PCIe)",
     "SHM": "staged through host shared memory: peer-to-peer was not used",
-    "NET": "through a network transport (sockets, InfiniBand, EFA...): GPUs on different hosts, or both P2P and SHM unavailable",
+    "NET": "through a network transport (sockets, InfiniBand, EFA...): GPUs on different hosts, "
+           "or both P2P and SHM unavailable",
     "NVLS": "NVLink SHARP: reductions done inside the NVSwitch",
     "COLLNET": "in-network reduction (CollNet/SHARP plugin)",
 }
@@ -127,17 +128,22 @@ def explain(log: NcclLog) -> dict[str, Any]:
     pairs = [explain_pair(log, pair) for pair in log.pairs()]
     findings: list[str] = []
     transports = log.transports()
-    if not transports and not log.warnings and not log.timeouts and not log.errors:
+    if not transports and not log.nvls_used and not log.warnings and not log.timeouts and not log.errors:
         findings.append("no NCCL connections, WARN lines, errors or watchdog timeouts in this log "
                         "(NCCL_DEBUG=INFO shows the transports)")
     for family, count in transports.items():
         meaning = FAMILY_MEANING.get(family, "a transport this tool does not know")
         findings.append(f"{family}: {count} channel connection{'s' if count != 1 else ''}, {meaning}")
+    if log.nvls_used:
+        channels = f" with {log.nvls_channels} NVLS channels" if log.nvls_channels else ""
+        ranks = f", set up by {log.nvls_ranks} rank{'s' if log.nvls_ranks != 1 else ''}" if log.nvls_ranks else ""
+        findings.append(f"NVLS (NVLink SHARP) was used{channels}{ranks}: reductions done inside the NVSwitch")
     if "SHM" in transports and "P2P" not in transports:
         findings.append("no connection used peer-to-peer: NCCL_P2P_DISABLE may be set, or P2P is unsupported "
                         "between these GPUs (PCIe ACS/IOMMU, virtualization, consumer GPUs)")
     if log.warnings:
-        findings.append(f"{len(log.warnings)} NCCL WARN line{'s' if len(log.warnings) != 1 else ''}: NCCL hit a problem (listed below)")
+        plural = "s" if len(log.warnings) != 1 else ""
+        findings.append(f"{len(log.warnings)} NCCL WARN line{plural}: NCCL hit a problem (listed below)")
     if log.errors:
         reasons = sorted({e.reason for e in log.errors})
         findings.append(f"NCCL returned an error to the program: {', '.join(reasons)}")
@@ -153,7 +159,7 @@ def explain(log: NcclLog) -> dict[str, Any]:
         "transport_details": log.mechanisms(),
         "pairs": pairs,
         "connections": [_connection_json(c) for c in log.connections],
-        "nvls": {"used": log.nvls_used, "channels": log.nvls_channels},
+        "nvls": {"used": log.nvls_used, "channels": log.nvls_channels, "ranks": log.nvls_ranks},
         "warnings": [
             {"line_no": w.line_no, "source": w.source, "function": w.function, "message": w.message,
              "line": w.line, "hint": hint_for(f"{w.source or ''} {w.message}")}

@@ -15,6 +15,12 @@ from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from preflight.parse.nccl_watchdog import WatchdogReader, WatchdogTimeout
+from preflight.parse.pasted import strip_quoting
+
+__all__ = ["Connection", "NcclError", "NcclLog", "NcclLogError", "NcclWarning", "PairTransport", "RankInfo",
+           "WatchdogTimeout", "analyze", "analyze_lines", "device_label", "transport_family"]
+
 
 
 def transport_family(transport: str) -> str:
@@ -69,21 +75,6 @@ class NcclWarning:
 
 
 @dataclass(frozen=True, slots=True)
-class WatchdogTimeout:
-    """A torch ProcessGroupNCCL watchdog timeout (or heartbeat-monitor timeout)."""
-
-    rank: int | None
-    collective: str | None
-    seq_num: int | None
-    numel_in: int | None
-    numel_out: int | None
-    timeout_ms: int | None
-    ran_for_ms: int | None
-    line: str
-    line_no: int
-
-
-@dataclass(frozen=True, slots=True)
 class NcclError:
     """An NCCL error raised to the caller: ``NCCL error in: ..., unhandled cuda error``."""
 
@@ -129,10 +120,9 @@ class NcclLog:
         return bool(self.nvls_lines)
 
     def transports(self) -> dict[str, int]:
-        """Family -> distinct channel connections; NVLS (no per-channel lines) counts the processes that set it up."""
+        """Family -> distinct channel connections. NVLS set-up lines (``NVLS comm ... headRank``, one
+        per rank) are not connections: :attr:`nvls_used` and :attr:`nvls_channels` say NVLS was used."""
         counts: Counter[str] = Counter(c.family for c in self.connections)
-        if self.nvls_lines and "NVLS" not in counts:
-            counts["NVLS"] = self.nvls_ranks
         return dict(sorted(counts.items()))
 
     def mechanisms(self) -> dict[str, int]:
@@ -145,7 +135,8 @@ class NcclLog:
         for connection in self.connections:
             grouped.setdefault((connection.src_rank, connection.dst_rank), []).append(connection)
         pairs = []
-        for (src, dst), items in sorted(grouped.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1])):
+        by_ranks = sorted(grouped.items(), key=lambda kv: (kv[0][0], -1 if kv[0][1] is None else kv[0][1]))
+        for (src, dst), items in by_ranks:
             pairs.append(
                 PairTransport(
                     src_rank=src,
@@ -189,11 +180,6 @@ _NVLS_CHANNELS = re.compile(r"NCCL INFO .*?\b(\d+) nvls channels")
 _WARN = re.compile(
     r"(?:(?P<src>[\w./-]+\.(?:cc|cu|h|hpp|cpp|c):\d+)\s+(?:\((?P<func>[\w:~]+)\)\s+)?)?NCCL WARN\s?(?P<msg>.*?)\s*$"
 )
-_WATCHDOG = re.compile(r"Watchdog caught collective operation timeout: WorkNCCL\((?P<args>[^)]*\)?[^)]*)\)")
-_WORK_FIELD = re.compile(r"(SeqNum|OpType|NumelIn|NumelOut|Timeout\(ms\))=([^,)]+)")
-_RANK = re.compile(r"\bRank (\d+)\]")
-_RAN_FOR = re.compile(r"ran for (\d+) milliseconds")
-_HEARTBEAT = re.compile(r"Heartbeat monitor timed out")
 _RANK_INFO = re.compile(
     r"NCCL INFO .*?\brank (\d+) nranks (\d+) cudaDev (\d+)(?:\s+nvmlDev \d+)?(?:\s+busId ([0-9a-fA-F]+))?"
 )
@@ -205,7 +191,8 @@ def analyze(text: str) -> NcclLog:
     """Analyze a whole log; an empty result when the text holds no NCCL lines."""
     if "\x00" in text:
         raise NcclLogError("the log contains NUL bytes: binary data, not a text log")
-    return analyze_lines(text.splitlines())
+    lines, _ = strip_quoting(text.splitlines())  # a log pasted into e-mail or chat: "> " on every line
+    return analyze_lines(lines)
 
 
 def analyze_lines(lines: Iterable[str]) -> NcclLog:
@@ -216,7 +203,7 @@ def analyze_lines(lines: Iterable[str]) -> NcclLog:
     nvls_origins: set[tuple[str, ...]] = set()
     nvls_channels: int | None = None
     warnings: list[NcclWarning] = []
-    timeouts: dict[tuple[object, ...], WatchdogTimeout] = {}
+    watchdog = WatchdogReader()
     errors: list[NcclError] = []
     ranks: dict[tuple[int, int, int], RankInfo] = {}
     nccl_lines = 0
@@ -247,9 +234,7 @@ def analyze_lines(lines: Iterable[str]) -> NcclLog:
                 ranks[(info.rank, info.nranks, info.cuda_dev)] = info
         if "NCCL WARN" in line and (match := _WARN.search(line)):
             warnings.append(NcclWarning(match["msg"], match["src"], match["func"], line.strip(), line_no))
-        if timeout := _timeout(line, line_no):
-            key = (timeout.rank, timeout.seq_num, timeout.collective, timeout.numel_in)
-            timeouts.setdefault(key, timeout)
+        watchdog.feed(line, line_no)
     error_reader.close()
     return NcclLog(
         versions=tuple(versions),
@@ -258,7 +243,7 @@ def analyze_lines(lines: Iterable[str]) -> NcclLog:
         nvls_ranks=len(nvls_origins),
         nvls_channels=nvls_channels,
         warnings=tuple(warnings),
-        timeouts=tuple(timeouts.values()),
+        timeouts=watchdog.close(),
         errors=tuple(errors),
         ranks=tuple(sorted(ranks.values(), key=lambda r: (r.nranks, r.rank))),
         nccl_line_count=nccl_lines,
@@ -332,37 +317,6 @@ def _connection(line: str, line_no: int) -> Connection | None:
         transport=transport,
         line_no=line_no,
     )
-
-
-def _timeout(line: str, line_no: int) -> WatchdogTimeout | None:
-    """A watchdog timeout stated by ``line`` (old ``[E ProcessGroupNCCL.cpp:475]`` or new format)."""
-    rank_match = _RANK.search(line)
-    rank = int(rank_match.group(1)) if rank_match else None
-    if match := _WATCHDOG.search(line):
-        fields = dict(_WORK_FIELD.findall(match["args"]))
-        ran_for = _RAN_FOR.search(line)
-        return WatchdogTimeout(
-            rank=rank,
-            collective=fields.get("OpType"),
-            seq_num=_int_or_none(fields.get("SeqNum")),
-            numel_in=_int_or_none(fields.get("NumelIn")),
-            numel_out=_int_or_none(fields.get("NumelOut")),
-            timeout_ms=_int_or_none(fields.get("Timeout(ms)")),
-            ran_for_ms=int(ran_for.group(1)) if ran_for else None,
-            line=line.strip(),
-            line_no=line_no,
-        )
-    if _HEARTBEAT.search(line):
-        return WatchdogTimeout(rank, None, None, None, None, None, None, line.strip(), line_no)
-    return None
-
-
-def _int_or_none(text: str | None) -> int | None:
-    """``int(text)`` for a whole number, else None."""
-    if text is None:
-        return None
-    text = text.strip()
-    return int(text) if re.fullmatch(r"-?\d+", text) else None
 
 
 def _strip_rank_prefix(line: str) -> str:

@@ -2,7 +2,9 @@
 
 The text comes from the live node or from a capture a person pasted, so it may carry shell prompt
 lines, an old ``====MATRIX====`` banner, a legend, ANSI codes, tabs turned into spaces and headers
-with odd indentation. The parser reads cells as whitespace-separated tokens (no cell value contains
+with odd indentation, and a quoting prefix (``> ``) or a code-block indent common to every line.
+A copy that a terminal wrapped at its width is rejoined when every GPU cell comes out intact, and
+refused with that reason otherwise. The parser reads cells as whitespace-separated tokens (no cell value contains
 a space; the multi-word column names are recognised by name) and checks everything it can: the
 GPU block is square with ``X`` on the diagonal, every cell is a link code nvidia-smi writes, the
 matrix is symmetric and every row has exactly the cells the header announces. Anything else raises
@@ -16,9 +18,11 @@ and a note says why, while the link matrix is still returned.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
+
+from preflight.parse.pasted import join_wrapped, unpaste
 
 
 class TopologyParseError(ValueError):
@@ -125,8 +129,32 @@ def nvlink_width(code: str) -> int | None:
 def parse_topo_matrix(text: str) -> TopoMatrix:
     """Parse the output of ``nvidia-smi topo -m``; raise :class:`TopologyParseError` when unsure."""
     raw_lines = text.replace("\r\n", "\n").split("\n")
-    lines = _strip_launcher_prefix([_ANSI.sub("", line).rstrip("\r") for line in raw_lines])
+    lines, paste_notes = unpaste([_ANSI.sub("", line).rstrip("\r") for line in raw_lines])
+    lines = _strip_launcher_prefix(lines)
     header_at = _find_header(lines)
+    if not _is_wrapped(lines, header_at):
+        return _parse_lines(lines, header_at, paste_notes)
+    readings: list[tuple[TopoMatrix, str]] = []
+    problem = ""
+    for inside_words in (True, False):
+        rejoined, width = _rejoin(lines, header_at, inside_words)
+        try:
+            readings.append((_parse_lines(rejoined, header_at, paste_notes), width))
+        except TopologyParseError as exc:
+            problem = problem or f"the capture was wrapped at {width} (long lines continue on the next line) and " \
+                                 f"cannot be rejoined with certainty: {exc}"
+    if not readings:
+        raise TopologyParseError(problem)
+    if len(readings) == 2 and readings[0][0].as_dict() != readings[1][0].as_dict():
+        raise TopologyParseError(f"the capture was wrapped at {readings[0][1]} and rejoins two ways that both read "
+                                 "as a matrix (was a cell cut at the edge?); capture it again without wrapping")
+    matrix, width = readings[0]
+    note = f"the capture was wrapped at {width}; its lines were rejoined and every GPU cell checked"
+    return replace(matrix, notes=(*matrix.notes, note))
+
+
+def _parse_lines(lines: list[str], header_at: int, paste_notes: list[str]) -> TopoMatrix:
+    """The matrix whose header is ``lines[header_at]``."""
     gpus, nics, affinity_columns = _read_header(lines[header_at])
     columns = gpus + nics
     rows, end = _read_rows(lines, header_at + 1, columns)
@@ -182,8 +210,55 @@ def parse_topo_matrix(text: str) -> TopoMatrix:
         cpu_affinity=affinity.get("CPU Affinity"),
         numa_affinity=affinity.get("NUMA Affinity"),
         gpu_numa_id=affinity.get("GPU NUMA ID"),
-        notes=tuple(notes),
+        notes=(*paste_notes, *notes),
     )
+
+
+def _is_first_row(line: str) -> bool:
+    tokens = line.split()
+    return len(tokens) > 1 and tokens[0] == "GPU0" and LINK_CODE.match(tokens[1]) is not None
+
+
+def _is_wrapped(lines: Sequence[str], header_at: int) -> bool:
+    """A wrapped capture has a header that does not end on its own line: the line after it is
+    neither the GPU0 row nor blank, and the header reaches (nearly) the widest line of its block."""
+    following = lines[header_at + 1] if header_at + 1 < len(lines) else ""
+    if not following.strip() or _is_first_row(following):
+        return False
+    block = []
+    for line in lines[header_at:]:
+        if not line.strip():
+            break
+        block.append(line)
+    longest = max(len(line) for line in block)
+    reaching = [line for line in block if len(line.rstrip()) > longest - 8]
+    return longest >= 40 and len(reaching) >= 2 and len(lines[header_at].rstrip()) > longest - 8
+
+
+def _rejoin(lines: Sequence[str], header_at: int, inside_words: bool) -> tuple[list[str], str]:
+    """The lines with each wrapped header and row joined back into one, and the width in words.
+
+    The header continues until the GPU0 row; each row until the next line that starts with a
+    row label (or a blank line). How the pieces are joined: :func:`join_wrapped`.
+    """
+    groups: list[list[str]] = []
+    index = _group(lines, header_at, groups, lambda line: _is_first_row(line))
+    labels = set(_split_header(join_wrapped(groups[:1], inside_words)[0][0]))
+    while index < len(lines) and lines[index].strip():
+        index = _group(lines, index, groups, lambda line: line.split()[0] in labels)
+    joined, width = join_wrapped(groups, inside_words)
+    return [*lines[:header_at], *joined, *lines[index:]], width
+
+
+def _group(lines: Sequence[str], start: int, groups: list[list[str]], starts_next: Callable[[str], bool]) -> int:
+    """Add ``lines[start]`` and its continuations to ``groups``; the index of the line after them."""
+    group = [lines[start]]
+    index = start + 1
+    while index < len(lines) and lines[index].strip() and not starts_next(lines[index]):
+        group.append(lines[index])
+        index += 1
+    groups.append(group)
+    return index
 
 
 def _strip_launcher_prefix(lines: list[str]) -> list[str]:

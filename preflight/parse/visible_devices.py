@@ -258,7 +258,7 @@ def resolve_visible_devices(
     elif setting.kind is SelectorKind.GPU_UUID and setting.duplicate is None:
         chosen = _pick_by_uuid(setting.entries, [(g.uuid, g, None) for g in gpus], problems)
     elif setting.kind is SelectorKind.MIG_UUID and setting.duplicate is None:
-        candidates = [(mig, g, mig) for g in gpus for mig in g.mig_uuids]
+        candidates: list[tuple[str, GpuIdentity, str | None]] = [(mig, g, mig) for g in gpus for mig in g.mig_uuids]
         candidates += [(f"MIG-{g.uuid}", g, None) for g in gpus if g.mig_enabled]
         chosen = _pick_by_uuid(setting.entries, candidates, problems)
         if len(chosen) > 1:

@@ -7,6 +7,7 @@ non-zero exit are all values on :class:`CommandResult`, never exceptions.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -91,7 +92,5 @@ def run_command(
 
 def _kill_group(proc: subprocess.Popen[str]) -> None:
     """SIGKILL the process group of ``proc`` (it was started in its own session)."""
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(proc.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass

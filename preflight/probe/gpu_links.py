@@ -44,7 +44,7 @@ def _nvlink_all_pairs(backend: NvmlBackend, indices: Sequence[int]) -> bool | No
         for second in indices[position + 1:]:
             try:
                 status = backend.p2p_status(first, second, P2P_CAPS_NVLINK)
-            except Exception:  # noqa: BLE001
+            except Exception:  # noqa: BLE001 - a pair NVML cannot query leaves the answer unknown
                 status = Absent.QUERY_FAILED
             if isinstance(status, Absent):
                 unknown = True
@@ -59,7 +59,7 @@ def _min_pcie_gen(backend: NvmlBackend, indices: Sequence[int]) -> int | None:
     for index in indices:
         try:
             link = backend.pcie_link(index, current=False)
-        except Exception:  # noqa: BLE001
+        except Exception:  # noqa: BLE001 - a GPU NVML cannot query leaves the generation unknown
             return None
         if isinstance(link, Absent):
             return None

@@ -86,7 +86,8 @@ def probe_gpu_memory(runner: CommandRunner = run_command, env: Mapping[str, str]
         return GpuMemorySource((), "nvidia-smi", f"nvidia-smi output not understood: {exc}")
     gpus = visible(rows, env)
     if not gpus:
-        return GpuMemorySource((), "nvidia-smi", "no NVIDIA GPU visible to the job (nvidia-smi or CUDA_VISIBLE_DEVICES)")
+        return GpuMemorySource((), "nvidia-smi",
+                               "no NVIDIA GPU visible to the job (nvidia-smi or CUDA_VISIBLE_DEVICES)")
     return GpuMemorySource(tuple(gpus), "nvidia-smi")
 
 

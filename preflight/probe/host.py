@@ -127,8 +127,8 @@ def probe_container(root: Path = ROOT, env: Mapping[str, str] | None = None) -> 
             evidence.append(f"/proc/1/cgroup: {line.strip()}")
             kinds.append(kind)
             break
-    kind = "kubernetes" if "kubernetes" in kinds else (kinds[0] if kinds else None)
-    return ContainerFacts(in_container=bool(kinds), kind=kind, evidence=tuple(evidence))
+    container_kind = "kubernetes" if "kubernetes" in kinds else (kinds[0] if kinds else None)
+    return ContainerFacts(in_container=bool(kinds), kind=container_kind, evidence=tuple(evidence))
 
 
 def probe_memlock(

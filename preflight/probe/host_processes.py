@@ -19,7 +19,9 @@ _TRAINING_SCRIPT = re.compile(r"(^|[_\-/])(train|training|pretrain|finetune|fine
 _LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch", "deepspeed.launcher.launch",
                      "deepspeed.launcher.runner")
 _LAUNCHER_NAMES = ("torchrun", "deepspeed", "accelerate")
-_NCCL_TESTS = re.compile(r"^(all_reduce|all_gather|alltoall|broadcast|reduce|reduce_scatter|sendrecv|scatter|gather|hypercube)_perf")
+_NCCL_TESTS = re.compile(
+    r"^(all_reduce|all_gather|alltoall|broadcast|reduce|reduce_scatter|sendrecv|scatter|gather|hypercube)_perf"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,9 +125,10 @@ def classify(proc: ProcessInfo) -> str | None:
     """Why ``proc`` looks like a training job (launcher, nccl-tests, train script), or None."""
     argv = proc.cmdline
     program = os.path.basename(argv[0]) if argv else proc.name
-    if program in _LAUNCHER_NAMES or proc.name in _LAUNCHER_NAMES:
-        if program != "accelerate" or "launch" in argv[1:2]:
-            return f"{program} launcher"
+    if (program in _LAUNCHER_NAMES or proc.name in _LAUNCHER_NAMES) and (
+        program != "accelerate" or "launch" in argv[1:2]
+    ):
+        return f"{program} launcher"
     for module in _LAUNCHER_MODULES:
         if module in argv:
             return f"python -m {module}"
@@ -184,7 +187,7 @@ def _listening_pids(port: int, connections: Callable[[], Iterable[object]] | Non
 
     try:
         found = {
-            conn.pid  # type: ignore[attr-defined]
+            conn.pid  # type: ignore[attr-defined]  # psutil's sconn or a test double; the getattr below checks it
             for conn in connections()
             if getattr(conn, "status", "") == "LISTEN"
             and getattr(getattr(conn, "laddr", None), "port", None) == port

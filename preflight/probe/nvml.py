@@ -20,6 +20,7 @@ Rules every implementation follows:
 from __future__ import annotations
 
 import atexit
+import contextlib
 import enum
 import threading
 from collections.abc import Callable
@@ -270,10 +271,8 @@ class PynvmlBackend:
                 return
             self._ready = False
             self._handles.clear()
-            try:
+            with contextlib.suppress(self._library.NVMLError):
                 self._library.nvmlShutdown()
-            except self._library.NVMLError:
-                pass
 
     # -- plumbing -------------------------------------------------------------------------------
 

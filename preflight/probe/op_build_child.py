@@ -102,10 +102,9 @@ def load_one(entry: dict[str, Any], accelerator: Any, directory: str, jit: bool)
     import torch
     import torch.utils.cpp_extension as cpp
 
-    # DeepSpeed ships no type information
-    from deepspeed.git_version_info import accelerator_name as wheel_accelerator  # type: ignore[import-untyped]
+    from deepspeed.git_version_info import accelerator_name as wheel_accelerator
     from deepspeed.git_version_info import installed_ops
-    from deepspeed.ops.op_builder.builder import CUDAOpBuilder  # type: ignore[import-untyped]
+    from deepspeed.ops.op_builder.builder import CUDAOpBuilder
 
     wanted = entry["builder"]
     builder = accelerator.create_op_builder(wanted)
@@ -115,7 +114,7 @@ def load_one(entry: dict[str, Any], accelerator: Any, directory: str, jit: bool)
         return True
     facts.update(name=builder.name, builder_class=f"{type(builder).__module__}.{type(builder).__name__}")
     if entry.get("optional"):
-        import deepspeed.ops  # type: ignore[import-untyped]  # DeepSpeed ships no type information
+        import deepspeed.ops
 
         if not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
             emit("op", **facts, source="incompatible", reason=builder.error_log or "not compatible here")
@@ -148,7 +147,7 @@ def main(argv: list[str]) -> int:
     import torch
 
     import deepspeed
-    from deepspeed.accelerator import get_accelerator  # type: ignore[import-untyped]  # DeepSpeed ships no types
+    from deepspeed.accelerator import get_accelerator
 
     accelerator = get_accelerator()
     installs = [os.path.dirname(torch.__file__), os.path.dirname(deepspeed.__file__)]

@@ -16,4 +16,5 @@ def add_fact(config: pytest.Config, name: str, data: Any) -> None:
 
 def gathered_facts(config: pytest.Config) -> dict[str, Any]:
     """Every section added so far."""
-    return dict(config.stash.get(FACTS_KEY, {}))
+    facts: dict[str, Any] = config.stash.get(FACTS_KEY, {})
+    return dict(facts)

@@ -48,8 +48,9 @@ def gpu_kind(node: dict[str, Any]) -> str:
     names = sorted({str(g.get("name")) for g in gpus or [] if isinstance(g, dict) and g.get("name")})
     if names:
         return " + ".join(names)
-    torch = node.get("torch") if isinstance(node.get("torch"), dict) else {}
-    return "CUDA GPU (model unknown)" if torch.get("device_count") else "no GPU"
+    torch_section = node.get("torch")
+    device_count = torch_section.get("device_count") if isinstance(torch_section, dict) else None
+    return "CUDA GPU (model unknown)" if device_count else "no GPU"
 
 
 def gpu_count(node: dict[str, Any]) -> int | None:
@@ -142,8 +143,9 @@ def check_matrix(nodes: list[NodeReport]) -> list[dict[str, Any]]:
     return rows
 
 
-def build_fleet(nodes: list[NodeReport]) -> dict[str, Any]:
-    """The fleet report as plain JSON data."""
+def build_fleet(nodes: list[NodeReport], skipped: list[dict[str, str]] | None = None) -> dict[str, Any]:
+    """The fleet report as plain JSON data; ``skipped`` lists the inputs that could not be read
+    (``{"source": ..., "reason": ...}``), so the page says that the fleet is not complete."""
     spread = bandwidth_spread(nodes)
     suspects: dict[str, list[str]] = {}
     for row in spread:
@@ -164,13 +166,15 @@ def build_fleet(nodes: list[NodeReport]) -> dict[str, Any]:
         "nodes": rows,
         "checks": check_matrix(nodes),
         "bandwidth": spread,
+        "skipped": list(skipped or []),
     }
 
 
 def unique_names(hostnames: list[str], sources: list[str]) -> list[str]:
     """Hostnames, with the report's file added where two reports come from the same host."""
     counts = Counter(hostnames)
-    names = [host if counts[host] == 1 else f"{host} ({source})" for host, source in zip(hostnames, sources)]
+    names = [host if counts[host] == 1 else f"{host} ({source})"
+             for host, source in zip(hostnames, sources, strict=True)]
     seen: Counter[str] = Counter()
     unique = []
     for name in names:

@@ -29,9 +29,9 @@ PREFIX = "preflight"
 VERDICTS = ("READY", "DEGRADED", "NOT READY")
 STATUSES = ("PASS", "WARN", "FAIL", "SKIP", "ERROR")
 PROBLEM_STATUSES = ("WARN", "FAIL", "ERROR")
-UNIT_SUFFIXES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "B": "bytes", "GB/s": "gigabytes_per_second",
-                 "MB/s": "megabytes_per_second", "%": "percent", "W": "watts", "C": "celsius", "Hz": "hertz",
-                 "MHz": "megahertz"}
+UNIT_SUFFIXES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "B": "bytes",
+                 "GB/s": "gigabytes_per_second", "MB/s": "megabytes_per_second", "%": "percent", "W": "watts",
+                 "C": "celsius", "Hz": "hertz", "MHz": "megahertz"}
 _NOT_NAME = re.compile(r"[^a-zA-Z0-9_]+")
 
 
@@ -70,13 +70,16 @@ class ReportCollector(Collector):
 def run_families(report: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
     """The run's verdict, counts, timing and GPU count."""
     run = report.get("run", {})
-    verdict = GaugeMetricFamily(f"{PREFIX}_verdict", "1 for this run's verdict (READY, DEGRADED, NOT READY), 0 for the others",
+    verdict = GaugeMetricFamily(f"{PREFIX}_verdict",
+                                "1 for this run's verdict (READY, DEGRADED, NOT READY), 0 for the others",
                                 labels=["verdict"])
     for name in VERDICTS:
         verdict.add_metric([name], 1.0 if report.get("verdict") == name else 0.0)
     yield verdict
-    yield _single(f"{PREFIX}_exit_code", "preflight's exit code: 0 ready or degraded, 1 not ready", run.get("exit_code"))
-    yield _single(f"{PREFIX}_run_interrupted", "1 when the run was cut short (deadline, signal)", run.get("interrupted"))
+    yield _single(f"{PREFIX}_exit_code", "preflight's exit code: 0 ready or degraded, 1 not ready",
+                  run.get("exit_code"))
+    yield _single(f"{PREFIX}_run_interrupted", "1 when the run was cut short (deadline, signal)",
+                  run.get("interrupted"))
     yield _single(f"{PREFIX}_run_duration_seconds", "wall time of the whole run", run.get("duration_s"))
     finished = _epoch(run.get("finished_at"))
     yield _single(f"{PREFIX}_last_run_timestamp_seconds", "when the run finished (Unix time)", finished)
@@ -90,7 +93,8 @@ def run_families(report: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
     yield gpus
     info = GaugeMetricFamily(f"{PREFIX}_run_info", "always 1; the tool version and profile as labels",
                              labels=["version", "profile"])
-    info.add_metric([str(report.get("tool", {}).get("version", "")), str(run.get("options", {}).get("profile") or "")], 1.0)
+    version = str(report.get("tool", {}).get("version", ""))
+    info.add_metric([version, str(run.get("options", {}).get("profile") or "")], 1.0)
     yield info
 
 
@@ -127,8 +131,8 @@ def metric_families(checks: Iterable[dict[str, Any]]) -> Iterator[GaugeMetricFam
     for family, by_labels in sorted(samples.items()):
         names = sorted({k for labels in by_labels for k, _ in labels}, key=lambda n: (n != "check", n))
         gauge = GaugeMetricFamily(family, helps[family], labels=names)
-        for labels, value in by_labels.items():
-            found = dict(labels)
+        for label_pairs, value in by_labels.items():
+            found = dict(label_pairs)
             gauge.add_metric([found.get(n, "") for n in names], value)
         yield gauge
 

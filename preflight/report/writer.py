@@ -36,7 +36,7 @@ class LineLog:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._handle = open(path, "w", encoding="utf-8", buffering=1)
+        self._handle = open(path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open for the run; close() closes it
 
     def write(self, record: dict[str, Any]) -> None:
         """Append one record and flush it to disk."""

@@ -77,7 +77,9 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
     }
 
 
-def measure_size(ctx: WorkerContext, nbytes: int, warmup: int, max_iters: int, min_iters: int) -> tuple[SizeResult, int]:
+def measure_size(
+    ctx: WorkerContext, nbytes: int, warmup: int, max_iters: int, min_iters: int
+) -> tuple[SizeResult, int]:
     """One message size: correctness pass, warm-up, timed trials; the figures and the iterations used."""
     import torch
 
@@ -160,7 +162,7 @@ def _timed(ctx: WorkerContext, buffer: Any, iters: int) -> float:
             dist.all_reduce(buffer)
         end.record()
         end.synchronize()
-        return start.elapsed_time(end) / 1000.0 / iters
+        return float(start.elapsed_time(end)) / 1000.0 / iters
     began = time.perf_counter()
     for _ in range(iters):
         dist.all_reduce(buffer)

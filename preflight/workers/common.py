@@ -60,7 +60,8 @@ class WorkerContext:
         props = torch.cuda.get_device_properties(self.device)
         uuid = str(getattr(props, "uuid", "")) or None
         bus = _pci_bus_id(props)
-        return {"kind": "cuda", "id": uuid or bus or str(self.device), "name": props.name, "uuid": uuid, "pci_bus_id": bus}
+        return {"kind": "cuda", "id": uuid or bus or str(self.device), "name": props.name, "uuid": uuid,
+                "pci_bus_id": bus}
 
 
 def _pci_bus_id(props: Any) -> str | None:

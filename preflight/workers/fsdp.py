@@ -142,7 +142,7 @@ def checkpoint_round_trip(ctx: WorkerContext, model: Any, optimizer: Any, fresh:
     new_model, new_optimizer = fresh()
     fresh_model_state, fresh_optim_state = get_state_dict(new_model, new_optimizer)
     before = state_digests({"model": fresh_model_state})
-    state = {"model": fresh_model_state, "optim": fresh_optim_state}
+    state: dict[str, Any] = {"model": fresh_model_state, "optim": fresh_optim_state}
 
     def load() -> None:
         load_checkpoint(state, path)

@@ -92,7 +92,10 @@ def _device_facts(index: int) -> dict[str, Any]:
 
     props = torch.cuda.get_device_properties(index)
     try:
-        bus = f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0".upper()
+        # torch's binding has the pci_* fields, its _C stub does not; a torch without them raises AttributeError.
+        domain, bus_no = props.pci_domain_id, props.pci_bus_id  # type: ignore[attr-defined]  # absent from the stub
+        device = props.pci_device_id  # type: ignore[attr-defined]  # absent from torch's stub
+        bus = f"{domain:08x}:{bus_no:02x}:{device:02x}.0".upper()
     except AttributeError:
         bus = None
     return {"index": index, "name": props.name, "pci_bus_id": bus}

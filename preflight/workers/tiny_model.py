@@ -60,7 +60,8 @@ class Block(nn.Module):
         attended = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
                                                   is_causal=True)
         x = x + self.out(attended.transpose(1, 2).reshape(batch, seq, dim))
-        return x + self.down(F.gelu(self.up(self.mlp_norm(x))))
+        out: torch.Tensor = x + self.down(F.gelu(self.up(self.mlp_norm(x))))
+        return out
 
 
 class TinyTransformer(nn.Module):
@@ -79,7 +80,8 @@ class TinyTransformer(nn.Module):
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
-        return self.head(self.norm(x))
+        logits: torch.Tensor = self.head(self.norm(x))
+        return logits
 
 
 def token_batch(spec: ModelSpec, seed: int, device: torch.device) -> torch.Tensor:

@@ -107,8 +107,8 @@ def shared_ops_lock(ctx: WorkerContext) -> Iterator[None]:
 def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
     """Load the ops ``deepspeed.initialize`` will ask for, as it would (same builders, same skips),
     timing each; DeepSpeed keeps them loaded (``OpBuilder._loaded_ops``) so initialize reuses them."""
-    import deepspeed.ops  # type: ignore[import-untyped]  # DeepSpeed ships no type information
-    from deepspeed.accelerator import get_accelerator  # type: ignore[import-untyped]
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
 
     accelerator = get_accelerator()
     loaded = []
@@ -181,7 +181,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
                     engine.backward(loss)
                     engine.step()
                     total += float(loss.detach())
-                return total / int(args.accumulation)
+                return total / int(args.accumulation)  # argparse: type=int
 
             local, seconds = tm.timed(ctx, step)
             step_times.append(seconds)

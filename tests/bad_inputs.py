@@ -1,0 +1,271 @@
+"""Bad inputs for the four sub-commands that read what a person hands them (issue 16, items 6-7).
+
+Each :class:`BadInput` builds its input under a scratch directory and says which fragment the
+one-line refusal must contain. ``tests/test_bad_inputs.py`` runs them in-process (and the stdin
+ones in a child process); ``python -m tests.bad_inputs [REPO]`` runs every case in a child process
+against the checkout REPO (default: this one), each under a deadline and a memory cap, and counts
+those handled cleanly: exit code 2, one line on stderr, no traceback.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import os
+import resource
+import socket
+import subprocess
+import sys
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tests.fleet_reports import ddp_check, make_report, slow_p2p
+
+COMMANDS = ("topology", "nccl-log", "report", "merge")
+OVER_CAP = 300 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class BadInput:
+    """One bad input: ``make(tmp)`` returns the path to hand the command; stdin from ``stdin``."""
+
+    id: str
+    commands: tuple[str, ...]
+    make: Callable[[Path], str]
+    message: str
+    stdin: str | None = None  # a file to feed as standard input; the path argument is then '-'
+
+
+def argv(case: BadInput, command: str, path: str, tmp: Path) -> list[str]:
+    """The command line of ``case`` for ``command``."""
+    extra = {"report": ["--oneline"] if path == "-" else ["--out", str(tmp / "out.html")],
+             "merge": ["--out", str(tmp / "fleet")]}.get(command, [])
+    return [command, path, *extra]
+
+
+def _write(name: str, content: bytes | str) -> Callable[[Path], str]:
+    def make(tmp: Path) -> str:
+        path = tmp / name
+        path.write_bytes(content.encode() if isinstance(content, str) else content)
+        return str(path)
+    return make
+
+
+def _fifo(tmp: Path) -> str:
+    os.mkfifo(tmp / "pipe")
+    return str(tmp / "pipe")
+
+
+def _directory(tmp: Path) -> str:
+    (tmp / "a-directory").mkdir()
+    return str(tmp / "a-directory")
+
+
+def _socket(tmp: Path) -> str:
+    path = tmp / "sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as server:
+        server.bind(str(path))  # the socket file stays after the socket is closed
+    return str(path)
+
+
+def _sparse(tmp: Path) -> str:
+    path = tmp / "huge.log"
+    with open(path, "wb") as handle:
+        handle.truncate(OVER_CAP)  # sparse: takes no disk
+    return str(path)
+
+
+def _link_to_zero(tmp: Path) -> str:
+    (tmp / "capture.txt").symlink_to("/dev/zero")
+    return str(tmp / "capture.txt")
+
+
+def _dangling(tmp: Path) -> str:
+    (tmp / "gone.txt").symlink_to(tmp / "never-there")
+    return str(tmp / "gone.txt")
+
+
+def _fixed(path: str) -> Callable[[Path], str]:
+    return lambda tmp: path
+
+
+def good_report() -> dict[str, Any]:
+    """A report exactly as preflight writes it."""
+    return make_report("gpu-node-1", [ddp_check(), slow_p2p()], gpu_name="NVIDIA H100 80GB HBM3", gpus=8)
+
+
+def _report(change: Callable[[dict[str, Any]], Any]) -> Callable[[Path], str]:
+    def make(tmp: Path) -> str:
+        data = copy.deepcopy(good_report())
+        changed = change(data)
+        path = tmp / "preflight.json"
+        path.write_text(changed if isinstance(changed, str) else json.dumps(data if changed is None else changed))
+        return str(path)
+    return make
+
+
+def _set(path: str, value: Any) -> Callable[[dict[str, Any]], None]:
+    """Set (or with ``...`` delete) the field at a dotted path like ``checks.0.status``."""
+    def change(data: dict[str, Any]) -> None:
+        *parents, last = path.split(".")
+        target: Any = data
+        for part in parents:
+            target = target[int(part)] if isinstance(target, list) else target[part]
+        key: Any = int(last) if isinstance(target, list) else last
+        if value is ...:
+            del target[key]
+        else:
+            target[key] = value
+    return change
+
+
+def _field(path: str, value: Any) -> Callable[[Path], str]:
+    """A real report with the field at ``path`` set to ``value`` (``...`` deletes it)."""
+    return _report(_set(path, value))
+
+
+def _deep_node(levels: int) -> Callable[[dict[str, Any]], str]:
+    def change(data: dict[str, Any]) -> str:
+        text = json.dumps(data)
+        return text.replace('"node": {', '"node": {"x": ' + '{"x": ' * levels + "1" + "}" * levels + ", ", 1)
+    return change
+
+
+def _nan_duration(data: dict[str, Any]) -> str:
+    return json.dumps(data).replace('"duration_s": 0.5', '"duration_s": NaN', 1)
+
+
+def _chart_with_text(data: dict[str, Any]) -> None:
+    data["checks"][0]["views"] = [{"kind": "chart", "title": "busbw", "data": {"width": 600, "height": 300,
+                                   "plot": {"x0": "left", "x1": "right", "y0": 1, "y1": 2}}}]
+
+
+ALL = COMMANDS
+TEXT = ("topology", "nccl-log")
+JSON = ("report", "merge")
+
+CASES: tuple[BadInput, ...] = (
+    BadInput("dev-zero", ALL, _fixed("/dev/zero"), "is a character device, not a regular file"),
+    BadInput("dev-null", ALL, _fixed("/dev/null"), "is a character device, not a regular file"),
+    BadInput("fifo", ALL, _fifo, "is a named pipe (FIFO), not a regular file"),
+    BadInput("directory", ALL, _directory, "is a directory, not a regular file"),
+    BadInput("unix-socket", ALL, _socket, "is a socket, not a regular file"),
+    BadInput("symlink-to-dev-zero", ALL, _link_to_zero, "is a character device"),
+    BadInput("missing", ALL, lambda tmp: str(tmp / "no-such-file"), "No such file or directory"),
+    BadInput("dangling-symlink", ALL, _dangling, "No such file or directory"),
+    BadInput("newline-in-name", ALL, lambda tmp: str(tmp / "two\nlines"), "No such file or directory"),
+    BadInput("file-over-256-MiB", ALL, _sparse, "is 300 MiB, over the 256 MiB limit"),
+    BadInput("stdin-over-256-MiB", ALL, _fixed("-"), "standard input is over the 256 MiB limit", stdin="/dev/zero"),
+    BadInput("nul-bytes", TEXT, _write("core", b"\x7fELF\x02\x01\x01\x00\x00\x00"), "binary data"),
+    BadInput("empty-text", TEXT, _write("empty.txt", ""), "empty"),
+    BadInput("blank-lines-only", TEXT, _write("blank.txt", "\n  \n\t\n"), "empty"),
+    BadInput("empty-json", JSON, _write("empty.json", ""), "not JSON"),
+    BadInput("not-json", JSON, _write("r.json", "READY\n"), "not JSON"),
+    BadInput("not-utf8", JSON, _write("r.json", b'{"verdict": "\xff\xfe"}'), "not JSON"),
+    BadInput("nul-bytes-json", JSON, _write("core", b"\x7fELF\x02\x01\x01\x00\x00\x00"), "not JSON"),
+    BadInput("nesting-200k", JSON, _write("deep.json", "[" * 200_000 + "]" * 200_000), "nested too deeply"),
+    BadInput("node-nesting-200k", JSON, _report(_deep_node(200_000)), "nested too deeply"),
+    BadInput("node-nesting-500", JSON, _report(_deep_node(500)), "nested more than 48 levels"),
+    BadInput("top-level-array", JSON, _write("r.json", "[1, 2, 3]"), "no tool.name 'preflight'"),
+    BadInput("top-level-string", JSON, _write("r.json", '"READY"'), "no tool.name 'preflight'"),
+    BadInput("tool-a-string", JSON, _field("tool", "preflight"), "no tool.name 'preflight'"),
+    BadInput("schema-version-2", JSON, _field("schema_version", "2.0"), "schema version '2.0'"),
+    BadInput("schema-version-a-list", JSON, _field("schema_version", [1]), "schema version list"),
+    BadInput("run-a-string", JSON, _field("run", "yesterday"), 'run is a string ("yesterday"), expected an object'),
+    BadInput("run-missing", JSON, _field("run", ...), "no 'run' field"),
+    BadInput("node-a-list", JSON, _field("node", ["gpu-node-1"]), "node is an array, expected an object"),
+    BadInput("node-null", JSON, _field("node", None), "node is null, expected an object"),
+    BadInput("checks-hold-numbers", JSON, _field("checks", [1, 2]), "checks[0] is a number (1), expected an object"),
+    BadInput("checks-hold-strings", JSON, _field("checks", ["test_x"]), "checks[0] is a string"),
+    BadInput("checks-hold-null", JSON, _field("checks.1", None), "checks[1] is null"),
+    BadInput("checks-an-object", JSON, _field("checks", {"a": 1}), "checks is an object, expected an array"),
+    BadInput("check-without-status", JSON, _field("checks.1.status", ...), "checks[1] has no 'status'"),
+    BadInput("check-status-unknown", JSON, _field("checks.0.status", "OK"), "checks[0].status is \"OK\""),
+    BadInput("check-id-a-number", JSON, _field("checks.0.id", 7), "checks[0].id is a number (7)"),
+    BadInput("warn-without-code", JSON, _field("checks.1.code", None), "checks[1].code is null, expected a string"),
+    BadInput("metrics-an-object", JSON, _field("checks.0.metrics", {"ranks": 8}), "checks[0].metrics is an object"),
+    BadInput("metric-without-name", JSON, _field("checks.0.metrics.0.name", ...), "checks[0].metrics[0] has no 'name'"),
+    BadInput("evidence-not-text", JSON, _field("checks.0.evidence", {"log": [1]}), "evidence.log is an array"),
+    BadInput("view-a-string", JSON, _field("checks.0.views", ["chart"]), "checks[0].views[0] is a string"),
+    BadInput("verdict-unknown", JSON, _field("verdict", "GREEN"), "verdict is \"GREEN\", expected one of"),
+    BadInput("summary-missing", JSON, _field("summary", ...), "no 'summary' field"),
+    BadInput("summary-count-negative", JSON, _field("summary.FAIL", -1), "summary.FAIL is -1, below the minimum 0"),
+    BadInput("exit-code-a-string", JSON, _field("run.exit_code", "0"), "run.exit_code is a string"),
+    BadInput("duration-nan", JSON, _report(_nan_duration), "NaN is not a JSON value"),
+    BadInput("started-at-not-a-date", JSON, _field("run.started_at", "yesterday"), "not an RFC 3339 date-time"),
+    BadInput("environment-value-a-number", JSON, _field("environment", {"NCCL_DEBUG": 1}), "environment.NCCL_DEBUG"),
+    BadInput("int-of-5000-digits", JSON, _field("run.exit_code", "@BIG@"), "not JSON"),
+    BadInput("argv-holds-null", JSON, _field("run.argv", [None]), "run.argv[0] is null"),
+    BadInput("not-run-a-string", JSON, _field("not_run", "none"), "not_run is a string"),
+    BadInput("interrupted-a-string", JSON, _field("run.interrupted", "no"), "run.interrupted is a string"),
+)
+
+RENDER_CASES: tuple[BadInput, ...] = (
+    # Valid against the schema (a view's data is free-form) but the chart cannot be drawn from it.
+    BadInput("chart-with-text-coordinates", ("report",), _report(_chart_with_text), "cannot render its HTML"),
+)
+
+
+def _big_int_fix(path: str) -> None:
+    """``@BIG@`` stands for an integer of 5000 digits (Python refuses to read more than 4300)."""
+    file = Path(path)
+    if file.is_file() and file.stat().st_size < 10_000_000:
+        text = file.read_text(errors="replace")
+        if '"@BIG@"' in text:
+            file.write_text(text.replace('"@BIG@"', "9" * 5000))
+
+
+def prepare(case: BadInput, tmp: Path) -> str:
+    """Build the input of ``case`` under ``tmp`` and return the path argument."""
+    path = case.make(tmp)
+    _big_int_fix(path)
+    return path
+
+
+def every_case() -> list[tuple[BadInput, str]]:
+    """(case, command) for every bad input and every command it applies to."""
+    return [(case, command) for case in (*CASES, *RENDER_CASES) for command in case.commands]
+
+
+def _limit_memory() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (4 * 1024**3, 4 * 1024**3))
+
+
+def run_child(repo: Path, case: BadInput, command: str, timeout_s: float = 30.0) -> tuple[bool, str]:
+    """Run one case in a child process against ``repo``; (handled cleanly, why not)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(scratch)
+        path = prepare(case, tmp)
+        env = {**os.environ, "PYTHONPATH": str(repo)}
+        stdin = open(case.stdin, "rb") if case.stdin else subprocess.DEVNULL  # noqa: SIM115 - closed below
+        try:
+            done = subprocess.run([sys.executable, "-m", "preflight", *argv(case, command, path, tmp)], stdin=stdin,
+                                  capture_output=True, text=True, errors="replace", env=env, cwd=tmp,
+                                  timeout=timeout_s, preexec_fn=_limit_memory)
+        except subprocess.TimeoutExpired:
+            return False, f"still running after {timeout_s:.0f} s"
+        finally:
+            if case.stdin:
+                stdin.close()  # type: ignore[union-attr]
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    if "Traceback" in done.stderr:
+        return False, f"traceback: {lines[-1] if lines else ''}"
+    if done.returncode != 2:
+        return False, f"exit code {done.returncode}"
+    if len(lines) != 1:
+        return False, f"{len(lines)} lines on stderr"
+    return True, lines[0]
+
+
+if __name__ == "__main__":
+    repo = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent
+    clean = 0
+    cases = every_case()
+    for case, command in cases:
+        ok, why = run_child(repo, case, command)
+        clean += ok
+        print(f"{'ok ' if ok else 'BAD'} {command:9} {case.id:28} {why[:150]}")
+    print(f"{clean} of {len(cases)} bad inputs handled cleanly (exit 2, one line, no traceback) by {repo}")
