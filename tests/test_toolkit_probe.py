@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -20,6 +21,7 @@ from preflight.probe.toolkit import (
     probe_torch,
     resolve_cuda_home,
 )
+from tests.conftest import REPO_ROOT
 from tests.toolkit_fakes import (
     NVCC_CAPTURES,
     capture,
@@ -262,10 +264,13 @@ def test_probe_deepspeed_reads_files_without_importing(tmp_path: Path, monkeypat
 
 
 def test_probe_deepspeed_absent_and_skip_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # a Python whose path has no DeepSpeed (the test environment's own is installed for the ZeRO tests)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if not p.endswith("site-packages")])
-    facts = probe_deepspeed({"DS_SKIP_CUDA_CHECK": "true"})
-    assert not facts.installed and facts.skip_cuda_check == "true" and not facts.skip_enabled
+    # an interpreter without site-packages has no DeepSpeed (the test environment's own is installed for
+    # the ZeRO tests): python -S, so this process's sys.path stays as it is
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from preflight.probe.deepspeed import probe_deepspeed; "
+            "f = probe_deepspeed({'DS_SKIP_CUDA_CHECK': 'true'}); print(f.installed, f.skip_cuda_check, f.skip_enabled)")
+    answer = subprocess.run([sys.executable, "-S", "-c", code, str(REPO_ROOT)], capture_output=True, text=True,
+                            timeout=60)
+    assert answer.stdout.split() == ["False", "true", "False"], answer.stderr
     site = fake_deepspeed(tmp_path / "site", "0.9.0", None)
     monkeypatch.syspath_prepend(str(site))
     missing_rule = probe_deepspeed({})
