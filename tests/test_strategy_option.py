@@ -37,6 +37,8 @@ def test_bad_names_are_one_line_errors(text, message):
 def test_the_default_adds_zero_only_when_deepspeed_is_installed():
     assert selected_strategies(None, None) == ("ddp", "fsdp")
     assert selected_strategies([], "0.16.4") == ("ddp", "fsdp", "zero1", "zero2", "zero3")
+    assert selected_strategies(None, "0.19.8", quick=True) == ("ddp", "fsdp")  # no op build in a health check
+    assert selected_strategies(["zero2"], "0.19.8", quick=True) == ("zero2",)
 
 
 def test_repeated_options_add_up_in_a_fixed_order():
