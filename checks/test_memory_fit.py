@@ -5,7 +5,7 @@ from __future__ import annotations
 from preflight.fixtures.strategies import StrategySelection
 from preflight.judge.memory_fit import DEFAULT_HEADROOM, judge_memory_fit, plan_memory_fit
 from preflight.judge.strategies import with_rehearsal_pointer
-from preflight.judge.sizing import BytesPerParam
+from preflight.judge.sizing import BytesPerParam, LoraSplit
 from preflight.outcome import skip
 from preflight.probe.gpu_memory import GpuMemorySource
 from preflight.recording import Recorder
@@ -14,7 +14,7 @@ from preflight.settings import Settings
 
 def test_memory_fit(
     record: Recorder, settings: Settings, gpu_memory: GpuMemorySource, bytes_per_param: BytesPerParam,
-    strategies: StrategySelection,
+    strategies: StrategySelection, lora: LoraSplit | None,
 ) -> None:
     """The model fits this node's GPUs with at least one strategy"""
     params = settings.option("model_params")
@@ -30,6 +30,7 @@ def test_memory_fit(
         split=bytes_per_param,
         largest_layer_params=settings.option("largest_layer_params"),
         headroom=settings.option("headroom") or DEFAULT_HEADROOM,
+        lora=lora,
     )
     verdict = with_rehearsal_pointer(judge_memory_fit(plan), plan.recommended, strategies.names, plan.fitting)
     record(verdict.with_extra(evidence={"gpu memory source": gpu_memory.source}))

@@ -7,7 +7,7 @@ import os
 
 import pytest
 
-from preflight.fixtures.nccl import AllreduceSweeps, sizes_table, transport_evidence, without_label
+from preflight.fixtures.nccl import AS_IS, AllreduceSweeps, sizes_table, transport_evidence, without_label
 from preflight.judge.busbw_chart import busbw_chart
 from preflight.judge.busbw_reference import Expectation
 from preflight.judge.nccl import judge_busbw, judge_p2p
@@ -15,21 +15,22 @@ from preflight.judge.nccl_env import costly_nccl_variables, judge_nccl_env
 from preflight.outcome import skip
 from preflight.recording import Recorder
 
-AS_IS = "as-is"
 P2P_OFF = "NCCL_P2P_DISABLE=1"
+QUICK_SKIP = "needs a launch of its own (NCCL reads the variable when a communicator is created), which the quick " \
+             "profile does not spend; run --profile full"
 
 
 @pytest.mark.distributed
-def test_allreduce_bandwidth(
-    record: Recorder, allreduce_sweeps: AllreduceSweeps, busbw_expectation: Expectation | None, nproc: int
-) -> None:
+@pytest.mark.rehearsal("allreduce")
+def test_allreduce_bandwidth(record: Recorder, allreduce_sweeps: AllreduceSweeps,
+                             busbw_expectation: Expectation | None, nproc: int) -> None:
     """All-reduce bus bandwidth reaches what this node should"""
     if allreduce_sweeps.on_gpu and nproc < 2:
         record(skip("one GPU: there is no all-reduce between GPUs to measure"))
         return
     run = allreduce_sweeps.run(AS_IS)
     verdict = judge_busbw(run, busbw_expectation)
-    if allreduce_sweeps.on_gpu and not run.ok:
+    if allreduce_sweeps.on_gpu and not run.ok and not allreduce_sweeps.quick:
         fallback = allreduce_sweeps.run(P2P_OFF, {"NCCL_P2P_DISABLE": "1"})
         if fallback.ok:
             verdict = judge_busbw(fallback, busbw_expectation)
@@ -42,15 +43,18 @@ def test_allreduce_bandwidth(
 
 @pytest.mark.distributed
 @pytest.mark.gpu
-def test_nccl_p2p(
-    record: Recorder, allreduce_sweeps: AllreduceSweeps, busbw_expectation: Expectation | None, nproc: int
-) -> None:
+@pytest.mark.rehearsal("allreduce")
+def test_nccl_p2p(record: Recorder, allreduce_sweeps: AllreduceSweeps, busbw_expectation: Expectation | None,
+                  nproc: int) -> None:
     """GPU peer-to-peer works and is worth keeping (all-reduce with and without NCCL_P2P_DISABLE)"""
     if not allreduce_sweeps.on_gpu:
         record(skip("no NVIDIA GPU visible: the P2P comparison needs NCCL (the gloo sweep ran in the bandwidth check)"))
         return
     if nproc < 2:
         record(skip("one GPU: no peer-to-peer traffic to compare"))
+        return
+    if allreduce_sweeps.quick:
+        record(skip(f"the P2P comparison {QUICK_SKIP}"))
         return
     as_is = allreduce_sweeps.run(AS_IS)
     if as_is.p2p_disabled:
@@ -63,6 +67,7 @@ def test_nccl_p2p(
 
 
 @pytest.mark.distributed
+@pytest.mark.rehearsal("allreduce")
 def test_nccl_environment(record: Recorder, allreduce_sweeps: AllreduceSweeps, nproc: int) -> None:
     """No inherited NCCL_* variable costs all-reduce speed"""
     env = dict(os.environ)
@@ -73,6 +78,9 @@ def test_nccl_environment(record: Recorder, allreduce_sweeps: AllreduceSweeps, n
     names = ", ".join(v.assignment for v in costly)
     if not allreduce_sweeps.on_gpu or nproc < 2:
         record(skip(f"{names} is set, but its cost needs NCCL on 2+ GPUs to measure (gloo ignores NCCL_* variables)"))
+        return
+    if allreduce_sweeps.quick:
+        record(judge_nccl_env(env))
         return
     unset = tuple(v.name for v in costly)
     as_is = allreduce_sweeps.run(AS_IS)

@@ -8,7 +8,7 @@ from preflight.judge.gpus import no_gpu_reason
 from preflight.judge.host_session import pcie_evidence
 from preflight.judge.p2p import judge_p2p, judge_p2p_launch
 from preflight.judge.topology import judge_affinity, judge_cross_check, judge_layout, judge_nvlink_counts
-from preflight.launch.torchrun import LaunchResult
+from preflight.launch.outcome import PhaseResult
 from preflight.outcome import Status, Verdict, error, skip
 from preflight.probe.gpus import Inventory
 from preflight.probe.host_pcie import PcieFacts
@@ -74,8 +74,9 @@ def test_gpu_cpu_affinity(record: Recorder, smi_topology: SmiTopology, gpu_inven
 
 @pytest.mark.gpu
 @pytest.mark.distributed
+@pytest.mark.rehearsal("p2p")
 def test_p2p_copies(
-    record: Recorder, p2p_launch: LaunchResult | None, smi_topology: SmiTopology, nvml_topology: NvmlTopology,
+    record: Recorder, p2p_launch: PhaseResult | None, smi_topology: SmiTopology, nvml_topology: NvmlTopology,
     pcie_facts: PcieFacts,
 ) -> None:
     """Peer-to-peer copies between every GPU pair arrive intact"""

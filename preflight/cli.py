@@ -15,7 +15,6 @@ import json
 import os
 import pkgutil
 import sys
-import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -119,19 +118,10 @@ def _check_report_dir(path: Path) -> None:
         raise UsageError(f"cannot write reports to {path}: {exc.strerror or exc}") from None
 
 
-def _check_torch() -> None:
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy" on installs without numpy
-            import torch  # noqa: F401  # imported only to prove that it imports
-    except Exception as exc:  # noqa: BLE001 - any import failure means the install is broken
-        raise UsageError(f"torch cannot be imported ({type(exc).__name__}: {exc}); reinstall it in this "
-                         "environment, e.g. pip install --force-reinstall torch") from None
-
-
-def _run_pytest(argv: list[str]) -> tuple[int, str]:
+def _run_pytest(argv: list[str], plugins: list[object] | None = None) -> tuple[int, str]:
     """Run pytest with its Python-level stderr held back: a usage error from options passed after
-    ``--`` is several lines of pytest usage, and the user gets one line instead."""
+    ``--`` is several lines of pytest usage, and the user gets one line instead. ``plugins`` are
+    plugin objects for the session (``preflight rehearse`` passes its own)."""
     import io
 
     import pytest
@@ -140,7 +130,7 @@ def _run_pytest(argv: list[str]) -> tuple[int, str]:
     real = sys.stderr
     sys.stderr = held
     try:
-        code = pytest.main(argv)
+        code = pytest.main(argv, plugins=plugins)
     finally:
         sys.stderr = real
     return int(code), held.getvalue()
@@ -171,18 +161,21 @@ def run(argv: list[str]) -> int:
     args = build_parser(convert=False).parse_args(head)
     report_dir = Path(args.report_dir or "reports").resolve()
     _check_report_dir(report_dir)
-    _check_torch()
     stale = report_dir / "preflight.json"
-    stale.unlink(missing_ok=True)
     code, errors = _run_pytest(pytest_argv(args, extra))
     if code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError(_usage_line(errors))
     sys.stderr.write(errors)
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         raise UsageError("no check matches the selection (-k / -m)")
+    from preflight.report.collector import LAST_RUN
+
     try:
         report = json.loads(stale.read_text())
     except (OSError, ValueError):
+        if LAST_RUN.get("verdict") and LAST_RUN.get("write_error"):
+            print(f"{LAST_RUN['verdict']}  (no report: {LAST_RUN['write_error']})")
+            return int(LAST_RUN["exit_code"])
         raise UsageError(f"the run ended (pytest exit code {int(code)}) without writing {stale}") from None
     print(f"{report['verdict']}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
     if args.oneline:

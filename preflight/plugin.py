@@ -18,6 +18,8 @@ import pytest
 
 import preflight.fixtures
 from preflight.locations import checks_dir
+from preflight.node import Node
+from preflight.node.transports import Transports
 from preflight.options import Option, area_options, argparse_type
 from preflight.outcome import Status, Verdict, error
 from preflight.recording import STATE_KEY, CheckState, Recorder, apply_to_report, verdict_for_phase
@@ -30,6 +32,7 @@ from preflight.settings import CORE_OPTIONS, Settings
 pytest_plugins = [f"preflight.fixtures.{m.name}" for m in pkgutil.iter_modules(preflight.fixtures.__path__)]
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
+NODE_KEY = pytest.StashKey[Node]()
 COLLECTOR_KEY = pytest.StashKey[ReportCollector]()
 STARTED_KEY = pytest.StashKey[float]()
 DEADLINE_CODE = "RUN_DEADLINE"
@@ -73,6 +76,18 @@ def _settings_from(config: pytest.Config) -> Settings:
     return Settings.from_options(values, started=config.stash.get(STARTED_KEY, time.monotonic()))
 
 
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    from preflight import hookspecs
+
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+@pytest.hookimpl(trylast=True)
+def pytest_preflight_transports(config: pytest.Config) -> Transports:
+    """The real transports (a test-only plugin's implementation runs first and wins)."""
+    return Transports()
+
+
 def pytest_configure(config: pytest.Config) -> None:
     config.stash[STARTED_KEY] = time.monotonic()
     for marker in MARKERS:
@@ -86,6 +101,7 @@ def pytest_configure(config: pytest.Config) -> None:
     runs_checks = any(str(Path(a).resolve()).startswith(shipped) or a.startswith("preflight.checks")
                       for a in config.args)
     if explicit or runs_checks:
+        node_for(config)  # starts the job's torch probe now: it takes a torch import
         collector = ReportCollector(config, settings)
         collector.open()
         config.stash[COLLECTOR_KEY] = collector
@@ -100,6 +116,24 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.skip(reason="opt-in slow check: run with --slow to include it"))
+
+
+def node_for(config: pytest.Config) -> Node:
+    """The run's one node model, built on first use from the run's transports."""
+    node = config.stash.get(NODE_KEY, None)
+    if node is None:
+        from preflight.fixtures.gpus import gpu_state
+
+        transports = config.hook.pytest_preflight_transports(config=config)
+        node = Node(transports, nproc=config.stash[SETTINGS_KEY].nproc, visible=lambda: gpu_state(config).visible)
+        config.stash[NODE_KEY] = node
+    return node
+
+
+@pytest.fixture(scope="session")
+def node(pytestconfig: pytest.Config) -> Node:
+    """The run's node model: ``node.torch``, ``node.job`` and every other fact about the node."""
+    return node_for(pytestconfig)
 
 
 @pytest.fixture(scope="session")

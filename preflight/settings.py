@@ -11,8 +11,6 @@ from typing import Any
 from preflight.options import Option, positive_float, positive_int
 
 PROFILES = ("quick", "full")
-DEFAULT_LAUNCH_S = 120.0
-"""A launch's deadline when neither ``--launch-timeout`` nor the launch says otherwise."""
 
 CORE_OPTIONS: list[Option] = [
     Option(name="report-dir", help="where preflight.json, preflight.html and logs are written (default ./reports)",
@@ -25,8 +23,9 @@ CORE_OPTIONS: list[Option] = [
            type=positive_int, metavar="N"),
     Option(name="timeout", help="overall deadline for the whole run in seconds (default 300)", type=positive_float,
            default=300.0, metavar="SECONDS"),
-    Option(name="launch-timeout", help="deadline for each distributed launch in seconds (default: what each launch "
-           "needs, 90-120 s; never past --timeout)", type=positive_float, metavar="SECONDS"),
+    Option(name="launch-timeout", help="longest any distributed phase (a DDP step, the sweep, an FSDP or ZeRO step) "
+           "may run before it is called hung, in seconds, longer or shorter than its own budget (default: each "
+           "phase's own, 60-120 s; the whole run stays within --timeout)", type=positive_float, metavar="SECONDS"),
     Option(name="strict", help="warnings make the exit code 1", flag=True, default=False),
 ]
 
@@ -73,8 +72,7 @@ class Settings:
         """Seconds left before the overall deadline."""
         return self.timeout_s - (time.monotonic() - self.started)
 
-    def launch_deadline_s(self, wanted: float | None = None) -> float:
-        """Deadline for one launch: ``--launch-timeout`` when given (it is the deadline of each launch, longer
-        or shorter than what the launch wants), else what the launch wants; never past the run's deadline."""
-        chosen = self.launch_timeout_s if self.launch_timeout_s is not None else (wanted or DEFAULT_LAUNCH_S)
-        return max(1.0, min(chosen, self.remaining_s() - 5.0))
+    def phase_budget_s(self, own_s: float) -> float:
+        """How long a distributed phase whose own budget is ``own_s`` may run before it is hung:
+        ``--launch-timeout`` when given (longer or shorter than ``own_s``, as --help says), else ``own_s``."""
+        return self.launch_timeout_s if self.launch_timeout_s is not None else own_s

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from preflight.fixtures.nccl import sweep_plan, sweep_run_from_launch, without_label
-from preflight.launch.torchrun import LaunchResult, RankOutcome
+from preflight.launch.outcome import PhaseResult, RankOutcome
 from preflight.probe.sweep import RunStatus, SizeResult
 from preflight.workers.allreduce import _split, parse_args
 
@@ -40,9 +40,14 @@ def test_without_label() -> None:
     assert without_label(("NCCL_P2P_LEVEL", "NCCL_ALGO")) == "without NCCL_ALGO NCCL_P2P_LEVEL"
 
 
-def _launch(tmp_path: Path, ranks: tuple[RankOutcome, ...], timed_out: bool = False) -> LaunchResult:
-    return LaunchResult(worker="w", nproc=len(ranks), ranks=ranks, timed_out=timed_out, returncode=0, duration_s=1.0,
-                        deadline_s=30.0, run_dir=tmp_path, launcher_tail="")
+def _launch(tmp_path: Path, ranks: tuple[RankOutcome, ...], timed_out: bool = False, cut: bool = False,
+            state: str | None = None) -> PhaseResult:
+    finished = all(r.state == "finished" for r in ranks)
+    return PhaseResult(phase="allreduce", worker="w", nproc=len(ranks), ranks=ranks,
+                       state=state or ("finished" if finished else "broken"), timed_out=timed_out, cut=cut,
+                       duration_s=1.0, deadline_s=30.0, run_dir=tmp_path, launcher_tail="",
+                       reason="not finished: the run's deadline (--timeout 22 s) left 9 s for this launch" if cut
+                       else "")
 
 
 def test_finished_launch_becomes_an_ok_run(tmp_path: Path) -> None:
@@ -97,3 +102,12 @@ def test_rank_notes_prefer_nccl_and_error_lines(tmp_path: Path) -> None:
     detail = run.not_finished()[0].detail
     assert detail.splitlines() == ["exit code 1", "h:5:9 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM",
                                    "h:5:9 [1] transport/p2p.cc:275 NCCL WARN Cuda failure 'peer access is not supported'"]
+
+
+def test_a_sweep_the_deadline_cut_or_never_started_is_not_run_not_hung(tmp_path: Path) -> None:
+    ranks = (RankOutcome(0, "cut", last_phase="all-reduce of 1048576 bytes", idle_s=1.0), RankOutcome(1, "cut"))
+    run = sweep_run_from_launch("as-is", _launch(tmp_path, ranks, cut=True), {}, on_gpu=False)
+    assert run.status is RunStatus.NOT_RUN and "left 9 s" in run.launch_summary
+    never = (RankOutcome(0, "not_run"), RankOutcome(1, "not_run"))
+    assert sweep_run_from_launch("as-is", _launch(tmp_path, never, state="not_run"), {},
+                                 on_gpu=False).status is RunStatus.NOT_RUN

@@ -86,13 +86,14 @@ def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.strip().splitlines()[-1].startswith("NOT READY")
-    # start-up and the kill grace come on top of the deadline; a loaded 2-core machine is slow to start
-    assert elapsed < 30 + 30, f"preflight took {elapsed:.0f} s with a 30 s launch deadline"
+    # the 30 s budget starts when both ranks are in the phase: start-up and the kill grace come on top,
+    # and a loaded 2-core machine is slow to start
+    assert elapsed < 30 + 60, f"preflight took {elapsed:.0f} s with a 30 s phase budget"
     report = json.loads((out / "preflight.json").read_text())
     validate_report(report)
     ddp = next(c for c in report["checks"] if c["name"] == "test_ddp_step")
     assert ddp["code"] == "DDP_RANK_HUNG" and "rank 1 got the least far" in ddp["summary"]
-    rank_pids = [int(p.read_text()) for p in (out / "logs" / "ddp").glob("rank*.pid")]
+    rank_pids = [json.loads(p.read_text())["pid"] for p in (out / "logs" / "rehearsal").glob("rank*.pid")]
     assert len(rank_pids) == 2
     alive = [pid for pid in rank_pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"worker processes left running: {alive}"

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import fcntl
+import json
 import os
 import signal
 import subprocess
@@ -23,7 +24,8 @@ from preflight.outcome import Status
 from preflight.probe.deepspeed_ops import (
     EXTENSIONS_DIR_ENV,
     LOCK_NAME,
-    OPS_LOCK_ENV,
+    STATUS_NAME,
+    BackgroundOpBuild,
     OpBuild,
     OpLoad,
     build_ops,
@@ -71,8 +73,7 @@ def test_the_ops_are_built_once_into_preflights_cache_and_then_loaded(tmp_path: 
     assert verdict.status is Status.PASS and "loaded from preflight's cache" in verdict.summary, verdict.summary
     assert {m.labels.get("op") for m in verdict.metrics if m.name == "op_load_time"} == {"deepspeed_shm_comm",
                                                                                           "fused_adam"}
-    assert again.launch_env() == {"TORCH_EXTENSIONS_DIR": again.directory,
-                                  OPS_LOCK_ENV: os.path.join(again.directory, LOCK_NAME)}
+    assert json.loads((Path(again.directory) / STATUS_NAME).read_text())["ok"] is True  # what the ranks read
     assert op_build_blocker(again, "ZeRO-2") is None
 
 
@@ -105,17 +106,35 @@ def test_a_lock_left_by_a_killed_build_is_removed_instead_of_waited_on(tmp_path:
 
 
 def test_remove_stale_locks_only_when_no_preflight_process_holds_the_directory(tmp_path: Path) -> None:
-    (tmp_path / "fused_adam").mkdir()
-    (tmp_path / "fused_adam" / "lock").write_text("")
-    assert remove_stale_locks(tmp_path) == []  # no preflight lock file: not a directory preflight built in
+    folder = tmp_path / "py311_x_cpu"
+    (folder / "fused_adam").mkdir(parents=True)
+    (folder / "fused_adam" / "lock").write_text("")
+    assert remove_stale_locks(tmp_path, folder) == []  # no preflight lock file: not a root preflight built in
     (tmp_path / LOCK_NAME).write_text("")
     fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # a rehearsal's rank loading its ops
-        assert remove_stale_locks(tmp_path) == [] and (tmp_path / "fused_adam" / "lock").exists()
+        assert remove_stale_locks(tmp_path, folder) == [] and (folder / "fused_adam" / "lock").exists()
     finally:
         os.close(fd)
-    assert remove_stale_locks(tmp_path) == [str(tmp_path / "fused_adam" / "lock")]
+    assert remove_stale_locks(tmp_path, folder) == [str(folder / "fused_adam" / "lock")]
+
+
+def test_a_background_build_holds_the_lock_the_ranks_wait_on() -> None:
+    """Beside a rehearsal launch: the lock is taken before start() returns, released when the build ends."""
+    env = _cached_env()
+    root = extensions_root(env)
+    build = BackgroundOpBuild(BUILD_TIMEOUT_S, env=env)
+    build.start()
+    fd = os.open(root / LOCK_NAME, os.O_RDWR)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # what a rank's deepspeed_ops phase waits on
+        result = build.result()
+        assert result.ok, result.tail()
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # free once the build has ended
+    finally:
+        os.close(fd)
 
 
 def test_a_directory_held_by_another_preflight_is_reported_busy(tmp_path: Path) -> None:
@@ -123,7 +142,7 @@ def test_a_directory_held_by_another_preflight_is_reported_busy(tmp_path: Path) 
     fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        build = build_ops(timeout_s=90, directory=tmp_path, env=_cached_env())
+        build = build_ops(timeout_s=90, root=tmp_path, directory=tmp_path / "build", env=_cached_env())
     finally:
         os.close(fd)
     assert build.busy and not build.ok and not build.timed_out, build.tail()
@@ -134,9 +153,12 @@ def test_a_directory_held_by_another_preflight_is_reported_busy(tmp_path: Path) 
 def test_a_compiler_that_cannot_run_is_quoted_in_the_verdict(tmp_path: Path) -> None:
     """A real failed build: ``CXX`` with flags in it (torch writes it to build.ninja as one program name)."""
     env = {**_cached_env(), "CXX": f"g++ -include {MISSING_HEADER}"}
-    build = build_ops(({"builder": "FusedAdamBuilder"},), timeout_s=600, directory=tmp_path / "fresh", env=env)
+    build = build_ops(({"builder": "FusedAdamBuilder"},), timeout_s=600, root=tmp_path, directory=tmp_path / "fresh",
+                      env=env)
     assert not build.ok and build.failed is not None and build.failed.name == "fused_adam", build.tail()
     assert "Error building extension 'fused_adam'" in (build.failed.error or "")
+    status = json.loads((tmp_path / "fresh" / STATUS_NAME).read_text())  # ranks raise it, never rebuild
+    assert status["ok"] is False and "fused_adam: RuntimeError: Error building extension" in status["error"]
     verdict = judge_op_build(build)
     assert verdict.status is Status.FAIL and verdict.code == "DEEPSPEED_OP_BUILD_FAILED", verdict.summary
     assert f"could not build its op 'fused_adam': /bin/sh: 1: g++ -include {MISSING_HEADER}: not found" in \

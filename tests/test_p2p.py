@@ -9,8 +9,8 @@ import pytest
 import torch
 
 from preflight.judge.p2p import judge_p2p, judge_p2p_launch
-from preflight.launch.torchrun import launch
 from preflight.outcome import Status
+from tests.launching import launch_phase
 from preflight.parse.topo import TopoMatrix
 from preflight.workers.p2p import measure_pair, pattern
 
@@ -98,7 +98,7 @@ def test_worker_skips_are_skips() -> None:
 
 @pytest.mark.subprocess
 def test_the_worker_launches_and_skips_without_gpus(tmp_path: Path) -> None:
-    result = launch("preflight.workers.p2p", nproc=1, deadline_s=90, run_dir=tmp_path, args=["--mib", "1"])
+    result = launch_phase("preflight.workers.p2p:run", nproc=1, run_dir=tmp_path, args=["--mib", "1"])
     assert result.ok, result.describe()
     assert judge_p2p_launch(result) is None
     outcome = judge_p2p((result.ranks[0].result or {})["result"])
@@ -106,13 +106,13 @@ def test_the_worker_launches_and_skips_without_gpus(tmp_path: Path) -> None:
 
 
 @pytest.mark.subprocess
-@pytest.mark.parametrize(("mode", "deadline_s", "code", "words"), [
-    ("hang", 25, "P2P_COPY_HUNG", "hung during 'copy cuda1->cuda2'"),
+@pytest.mark.parametrize(("mode", "budget_s", "code", "words"), [
+    ("hang", 10, "P2P_COPY_HUNG", "hung during 'copy cuda1->cuda2'"),
     ("crash", 90, "P2P_TEST_CRASHED", "an illegal memory access"),
 ])
-def test_a_stuck_or_crashing_copy_names_the_pair(tmp_path: Path, mode: str, deadline_s: float, code: str,
+def test_a_stuck_or_crashing_copy_names_the_pair(tmp_path: Path, mode: str, budget_s: float, code: str,
                                                  words: str) -> None:
-    result = launch("tests.workers.p2p_stuck", nproc=1, deadline_s=deadline_s, run_dir=tmp_path, args=[mode])
+    result = launch_phase("tests.workers.p2p_stuck:run", nproc=1, budget_s=budget_s, run_dir=tmp_path, args=[mode])
     verdict = judge_p2p_launch(result)
     assert verdict is not None and verdict.status is Status.FAIL and verdict.code == code
     assert words in verdict.summary

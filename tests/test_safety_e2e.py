@@ -275,13 +275,24 @@ POINTS: dict[str, tuple[str, set[str], set[str]]] = {
 }
 
 
+def _ranks_in_phase(report_dir: Path, phase: str) -> int:
+    """Ranks of the rehearsal launch whose progress says they are in ``phase``."""
+    found = 0
+    for path in (report_dir / "logs" / "rehearsal").glob("rank*.progress"):
+        try:
+            found += json.loads(path.read_text())["phase"] == phase
+        except (OSError, ValueError, KeyError):
+            continue
+    return found
+
+
 def _wait_for(point: str, mark: Path, proc: subprocess.Popen[str], run: str, limit_s: float = 90) -> None:
     """Block until the run reaches ``point``: the stall plugin's mark, or both hung DDP ranks alive."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"preflight ended before reaching {point}: {proc.communicate()}"
         if point == "launch":
-            if len(_processes_of(run, "tests.workers.faulty")) >= 2:
+            if _ranks_in_phase(mark.parent / "reports", "ddp") >= 2:
                 time.sleep(2.0)  # both ranks inside the step; rank 1 sleeping
                 return
         elif mark.exists():

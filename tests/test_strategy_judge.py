@@ -15,7 +15,7 @@ from preflight.judge.strategies import (
     strategy_unavailable,
     with_rehearsal_pointer,
 )
-from preflight.launch.torchrun import LaunchResult, RankOutcome
+from preflight.launch.outcome import PhaseResult, RankOutcome
 from preflight.outcome import Status, passed, warn
 from preflight.workers import phases
 
@@ -49,10 +49,10 @@ def rank_result(rank: int, **changes: Any) -> dict[str, Any]:
     return {"rank": rank, "backend": "gloo", "device": {"kind": "cpu", "id": "cpu"}, "result": result}
 
 
-def finished(*payloads: dict[str, Any]) -> LaunchResult:
+def finished(*payloads: dict[str, Any]) -> PhaseResult:
     ranks = tuple(RankOutcome(p["rank"], "finished", result=p) for p in payloads)
-    return LaunchResult(worker="preflight.workers.fsdp", nproc=len(ranks), ranks=ranks, timed_out=False, returncode=0,
-                        duration_s=12.5, deadline_s=120.0, run_dir=Path("/nonexistent"), launcher_tail="")
+    return PhaseResult(phase="fsdp", worker="preflight.workers.fsdp:run", nproc=len(ranks), ranks=ranks,
+                       state="finished", duration_s=12.5, deadline_s=120.0, run_dir=Path("/nonexistent"))
 
 
 def test_a_healthy_rehearsal_passes_with_per_rank_figures():
@@ -106,11 +106,11 @@ def test_numpy_missing_warns_and_keeps_the_step_figures():
     assert "checkpoint_save_time" not in {m.name for m in verdict.metrics}
 
 
-def hung(last_phases: dict[int, str]) -> LaunchResult:
+def hung(last_phases: dict[int, str]) -> PhaseResult:
     ranks = tuple(RankOutcome(rank, "hung", error="still running at the deadline", last_phase=phase, idle_s=40.0,
                               progress_seq=10, log_tail=f"rank {rank} log") for rank, phase in last_phases.items())
-    return LaunchResult(worker="w", nproc=len(ranks), ranks=ranks, timed_out=True, returncode=None, duration_s=60.0,
-                        deadline_s=60.0, run_dir=Path("/nonexistent"), launcher_tail="")
+    return PhaseResult(phase="fsdp", worker="w", nproc=len(ranks), ranks=ranks, state="broken", timed_out=True,
+                       duration_s=60.0, deadline_s=60.0, run_dir=Path("/nonexistent"))
 
 
 def test_a_hang_inside_a_save_says_saves_must_be_called_on_every_rank():
@@ -132,11 +132,11 @@ def test_a_hang_elsewhere_is_the_standard_hang_verdict():
     assert verdict.code == "FSDP_RANK_HUNG"
 
 
-def crashed(error: str, log_tail: str) -> LaunchResult:
+def crashed(error: str, log_tail: str) -> PhaseResult:
     ranks = (RankOutcome(0, "stopped", error="terminated by torchrun after a peer failed", exitcode=-15),
              RankOutcome(1, "crashed", error=error, exitcode=1, log_tail=log_tail, error_time=1.0))
-    return LaunchResult(worker="w", nproc=2, ranks=ranks, timed_out=False, returncode=1, duration_s=9.0,
-                        deadline_s=60.0, run_dir=Path("/nonexistent"), launcher_tail=ROOT_CAUSE_TAIL)
+    return PhaseResult(phase="fsdp", worker="w", nproc=2, ranks=ranks, state="broken", duration_s=9.0,
+                       deadline_s=60.0, run_dir=Path("/nonexistent"), launcher_tail=ROOT_CAUSE_TAIL)
 
 
 def test_an_op_build_failure_quotes_the_compiler():

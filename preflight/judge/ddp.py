@@ -6,15 +6,15 @@ import math
 from collections import defaultdict
 from typing import Any
 
-from preflight.launch.torchrun import LaunchResult
-from preflight.outcome import Metric, Verdict, View, fail, passed
+from preflight.launch.outcome import PhaseResult
+from preflight.outcome import Metric, Verdict, View, error, fail, passed
 
 HANG_FIX = ("Re-run with NCCL_DEBUG=INFO and read the named rank's log; if the preflight NCCL check shows "
             "peer-to-peer is broken, set NCCL_P2P_DISABLE=1 for the job and fix IOMMU/ACS on the host.")
 CRASH_FIX = "Read the named rank's log tail below; fix the error it shows before starting the job."
 
 
-def rank_table(launch: LaunchResult) -> View:
+def rank_table(launch: PhaseResult) -> View:
     """Per-rank state, device, step time, loss and checksum."""
     rows = []
     for rank in launch.ranks:
@@ -35,10 +35,25 @@ def _round(value: Any) -> Any:
     return round(value, 6) if isinstance(value, float) else value
 
 
-def judge_launch_failure(launch: LaunchResult, what: str) -> Verdict | None:
-    """FAIL naming hung or crashed ranks, or None when every rank finished."""
+RUN_DEADLINE = "RUN_DEADLINE"
+
+
+def judge_not_run(launch: PhaseResult, what: str) -> Verdict | None:
+    """ERROR ``RUN_DEADLINE`` for a phase the run's deadline stopped within its budget, or that never
+    started: the node was not tested, which is neither a pass nor the node's fault."""
+    if launch.ran and not launch.cut:
+        return None
+    return error(f"{what}: {launch.describe()}", code=RUN_DEADLINE, evidence=launch.evidence())
+
+
+def judge_launch_failure(launch: PhaseResult, what: str) -> Verdict | None:
+    """FAIL naming hung or crashed ranks (ERROR when the deadline, not the node, stopped it), or None
+    when every rank finished."""
     if launch.ok:
         return None
+    stopped = judge_not_run(launch, what)
+    if stopped is not None:
+        return stopped
     evidence = launch.evidence()
     if launch.ranks_in("hung"):
         return fail(f"{what.upper()}_RANK_HUNG", f"{what}: {launch.describe()}", HANG_FIX, evidence=evidence)
@@ -48,7 +63,7 @@ def judge_launch_failure(launch: LaunchResult, what: str) -> Verdict | None:
     return fail(f"{what.upper()}_RANK_CRASHED", summary, CRASH_FIX, evidence=evidence)
 
 
-def judge_ddp_step(launch: LaunchResult) -> Verdict:
+def judge_ddp_step(launch: PhaseResult) -> Verdict:
     """PASS only if every rank finished, each on a distinct device, with bit-identical parameters."""
     table = rank_table(launch)
     failure = judge_launch_failure(launch, "ddp")

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 from preflight.outcome import Metric, Verdict, passed, skip, warn
 from preflight.probe.host_pcie import PcieFacts
-from preflight.probe.host_processes import PortFacts, TrainingProcess
+from preflight.probe.host_processes import PREFLIGHT_RUN, PortFacts, TrainingProcess
 from preflight.probe.host_session import SessionFacts
 
 OMP_WARN_CORES_PER_RANK = 4
@@ -52,7 +52,18 @@ def judge_session(session: SessionFacts) -> Verdict:
 
 
 def judge_leftover_processes(found: Sequence[TrainingProcess]) -> Verdict:
-    """WARN when other training runs, launchers or nccl-tests are still running."""
+    """WARN when other training runs, launchers or nccl-tests are still running; another preflight run
+    in progress is named as such (it will end by itself, and the two disturb each other's figures)."""
+    others = [t for t in found if t.reason == PREFLIGHT_RUN]
+    found = [t for t in found if t.reason != PREFLIGHT_RUN]
+    if others and not found:
+        pids = ", ".join(str(t.process.pid) for t in others[:5])
+        return warn("PREFLIGHT_RUN_IN_PROGRESS", f"another preflight run is in progress (pid {pids}): its launches "
+                    "and this run's compete for the GPUs and CPUs, so both runs' figures are disturbed",
+                    "Let the other run finish (it stops by itself within its --timeout), then run preflight again; "
+                    "give concurrent runs their own --report-dir and never run two on one node at once.",
+                    evidence={"processes": "\n".join(f"pid {t.process.pid}: {t.process.command()[:200]}"
+                                                     for t in others)})
     if not found:
         return passed("no other training processes (torchrun, deepspeed, accelerate, train scripts, nccl-tests)")
     lines = [f"pid {t.process.pid} ({t.reason}, user {t.process.username or '?'}): {t.process.command()[:200]}"

@@ -6,6 +6,10 @@ for activations and temporary tensors. The default headroom, 20 % of each GPU, i
 ml-engineering's quick estimate ``params x 18 x 1.25 / GPU memory`` (model state may take up to
 80 % of a GPU); override it with a percentage or a size. The tightest GPU decides, since every
 rank holds the same shard.
+
+With a :class:`~preflight.judge.sizing.LoraSplit` (LoRA/QLoRA) the plan sizes frozen and trainable
+parameters apart; ``plan_lines`` states that formula and, given the full fine-tuning plan of the
+same model, shows both side by side.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from preflight.judge.sizing import (
     STRATEGY_ORDER,
     STRATEGY_TITLES,
     BytesPerParam,
+    LoraSplit,
     StrategyNeed,
     gather_params,
     min_gpus,
@@ -62,6 +67,7 @@ class FitPlan:
     tightest: GpuMemory
     available_bytes: int
     strategies: tuple[StrategyFit, ...]
+    lora: LoraSplit | None = None
 
     @property
     def fitting(self) -> tuple[str, ...]:
@@ -90,8 +96,12 @@ def plan_memory_fit(
     split: BytesPerParam | None = None,
     largest_layer_params: int | None = None,
     headroom: Headroom = DEFAULT_HEADROOM,
+    lora: LoraSplit | None = None,
 ) -> FitPlan:
-    """Size every strategy for ``params`` on ``gpus`` and compare with the tightest GPU."""
+    """Size every strategy for ``params`` on ``gpus`` and compare with the tightest GPU.
+
+    With ``lora``, ``params`` is the whole model and only ``lora.trainable_params`` are trained.
+    """
     if not gpus:
         raise ValueError("memory fit needs at least one GPU")
     if params < 1:
@@ -106,11 +116,11 @@ def plan_memory_fit(
     fits: list[StrategyFit] = []
     for name in STRATEGY_ORDER:
         need = size_strategy(
-            name, params=params, gpus=len(gpus), split=split, largest_layer_params=largest_layer_params
+            name, params=params, gpus=len(gpus), split=split, largest_layer_params=largest_layer_params, lora=lora
         )
         fewest = (
             min_gpus(name, params=params, split=split, available_bytes=available,
-                     largest_layer_params=largest_layer_params)
+                     largest_layer_params=largest_layer_params, lora=lora)
             if available > 0
             else None
         )
@@ -125,12 +135,13 @@ def plan_memory_fit(
         tightest=tightest,
         available_bytes=available,
         strategies=tuple(fits),
+        lora=lora,
     )
 
 
 def judge_memory_fit(plan: FitPlan) -> Verdict:
     """PASS when DDP fits, WARN when only a sharded strategy does, FAIL when nothing fits."""
-    model = f"{format_param_count(plan.params)} parameters at {plan.split.describe()}"
+    model = _model_text(plan)
     where = f"{len(plan.gpus)} x {plan.tightest.name or format_bytes(plan.tightest.total_bytes) + ' GPU'}"
     room = (
         f"{format_bytes(plan.available_bytes)} usable per GPU" if plan.available_bytes > 0 else "no memory usable"
@@ -208,6 +219,7 @@ def plan_as_dict(plan: FitPlan) -> dict[str, Any]:
         "fitting": list(plan.fitting),
         "recommended": plan.recommended,
         "gpus_needed": {"strategy": needed[0], "gpus": needed[1]} if needed else None,
+        "lora": plan.lora.as_dict() if plan.lora else None,
     }
 
 
@@ -235,24 +247,33 @@ def strategy_view(plan: FitPlan) -> View:
     )
 
 
-def plan_lines(plan: FitPlan) -> list[str]:
-    """The plan as plain text: header, one row per strategy, assumptions and the answer."""
+def plan_lines(plan: FitPlan, full: FitPlan | None = None) -> list[str]:
+    """The plan as plain text: header, one row per strategy, assumptions and the answer.
+
+    ``full`` (the full fine-tuning plan of the same model) adds its per-GPU figures beside a
+    LoRA plan's.
+    """
     gpu = plan.tightest
     headroom_bytes = plan.headroom.bytes_of(gpu.total_bytes)
     lines = [
-        f"Model: {format_param_count(plan.params)} parameters ({plan.params:,}), {plan.split.describe()}",
+        *_model_lines(plan, full),
         f"GPUs: {len(plan.gpus)} x {format_bytes(gpu.total_bytes)}"
         + (f", {format_bytes(gpu.used_bytes)} already used on {_gpu_label(gpu)}" if gpu.used_bytes else ""),
         f"Usable for model state: {format_bytes(plan.available_bytes)} per GPU "
         f"(headroom for activations: {_headroom_text(plan.headroom, headroom_bytes)})",
         "",
-        f"{'strategy':<16} {'per GPU':>12}  {'fits':<4}  {'min GPUs':>8}  sharded",
+        f"{'strategy':<16} {'per GPU':>12}  {'fits':<4}  {'min GPUs':>8}"
+        + (f"  {'full FT/GPU':>12}  {'fits':<4}" if full else "") + "  sharded",
     ]
     for fit in plan.strategies:
         fewest = "-" if fit.min_gpus is None else str(fit.min_gpus)
+        beside = ""
+        if full is not None:
+            other = _fit(full, fit.need.name)
+            beside = f"  {format_bytes(other.need.bytes_per_gpu):>12}  {'yes' if other.fits else 'no':<4}"
         lines.append(
             f"{fit.need.title:<16} {format_bytes(fit.need.bytes_per_gpu):>12}  {'yes' if fit.fits else 'no':<4}"
-            f"  {fewest:>8}  {_shards(fit.need)}"
+            f"  {fewest:>8}{beside}  {_shards(fit.need)}"
         )
     layer = f"{format_param_count(plan.largest_layer_params)} parameters"
     lines += [
@@ -278,6 +299,38 @@ def plan_lines(plan: FitPlan) -> list[str]:
     else:
         lines.append("Nothing fits, on any number of GPUs of this kind.")
     return lines
+
+
+def _model_text(plan: FitPlan) -> str:
+    """``7B parameters at 18 bytes/param (...)`` or the LoRA formula."""
+    if plan.lora is None:
+        return f"{format_param_count(plan.params)} parameters at {plan.split.describe()}"
+    return f"{format_param_count(plan.params)}-parameter model, LoRA: {plan.lora.describe(plan.split)}"
+
+
+def _model_lines(plan: FitPlan, full: FitPlan | None) -> list[str]:
+    """The model and its rule; for LoRA the formula, stated like the 18-byte rule."""
+    lora = plan.lora
+    if lora is None:
+        return [f"Model: {format_param_count(plan.params)} parameters ({plan.params:,}), {plan.split.describe()}"]
+    frozen = f"{float(lora.frozen_bytes):g}"
+    lines = [
+        f"Model: {format_param_count(plan.params)} parameters ({plan.params:,}), LoRA/QLoRA fine-tuning",
+        f"Rule: frozen base weights at {lora.base_bits} bits = {frozen} bytes/param (no gradients, no optimizer "
+        f"state); trainable parameters at the full {plan.split.describe()}",
+        f"  per GPU = frozen x {frozen} + trainable x {_number_text(plan.split)}, each part sharded as the strategy "
+        "shards it (ZeRO-3 and FSDP also shard the frozen weights)",
+        f"  frozen {format_param_count(lora.frozen_params)} ({lora.frozen_params:,}), trainable "
+        f"{format_param_count(lora.trainable_params)} ({lora.trainable_params:,}): {lora.how}",
+    ]
+    if full is not None:
+        lines.append(f"Beside it: full fine-tuning of the same model at {full.split.describe()}")
+    return lines
+
+
+def _number_text(split: BytesPerParam) -> str:
+    """``18`` or ``16.5``."""
+    return f"{float(split.total):g}"
 
 
 def _shards(need: StrategyNeed) -> str:

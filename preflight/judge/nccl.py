@@ -22,10 +22,12 @@ Thresholds, and why:
 from __future__ import annotations
 
 from preflight.judge.busbw_reference import Expectation
-from preflight.outcome import Metric, Verdict, fail, passed, skip, warn
+from preflight.outcome import Metric, Verdict, error, fail, passed, skip, warn
 from preflight.probe.sweep import RunStatus, SweepRun
+from preflight.workers.bandwidth import algbw_gbps, allreduce_busbw_gbps
 
-GB = 1e9
+__all__ = ["algbw_gbps", "allreduce_busbw_gbps"]
+
 CLEARLY_FASTER = 1.15
 WARN_BELOW = 0.70
 FAIL_BELOW = 0.40
@@ -50,20 +52,6 @@ P2P_REMEDIATION = (
 )
 
 
-def algbw_gbps(nbytes: int, time_s: float) -> float:
-    """nccl-tests algorithm bandwidth: bytes per rank / time per operation, in GB/s (10^9)."""
-    if time_s <= 0:
-        raise ValueError(f"time must be > 0 s, got {time_s!r}")
-    return nbytes / time_s / GB
-
-
-def allreduce_busbw_gbps(algbw: float, ranks: int) -> float:
-    """nccl-tests all-reduce bus bandwidth: ``algbw * 2(n-1)/n`` (0 for a single rank)."""
-    if ranks < 1:
-        raise ValueError(f"ranks must be >= 1, got {ranks!r}")
-    return algbw * 2 * (ranks - 1) / ranks
-
-
 def human_bytes(nbytes: int) -> str:
     """``268435456`` -> ``256 MiB``."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
@@ -71,6 +59,18 @@ def human_bytes(nbytes: int) -> str:
             value = nbytes / scale
             return f"{value:.0f} {unit}" if value == int(value) else f"{value:.1f} {unit}"
     return f"{nbytes} B"
+
+
+RUN_DEADLINE = "RUN_DEADLINE"
+
+
+def not_run(*runs: SweepRun) -> Verdict | None:
+    """ERROR ``RUN_DEADLINE`` when a sweep was stopped by the run's deadline or never started: the node
+    was not measured, which is neither a pass nor its fault."""
+    for run in runs:
+        if run.status is RunStatus.NOT_RUN:
+            return error(f"all-reduce sweep ({run.label}) {run.launch_summary or 'not run'}", code=RUN_DEADLINE)
+    return None
 
 
 def describe_failure(run: SweepRun) -> str:
@@ -145,6 +145,9 @@ def judge_p2p(
     as-is run), so broken P2P is a WARN: the job will run, at the measured cost, and the host still
     needs fixing.
     """
+    stopped = not_run(p2p_on, p2p_off)
+    if stopped is not None:
+        return stopped
     on_works = p2p_on.ok and not p2p_on.wrong_sizes
     off_works = p2p_off.ok and not p2p_off.wrong_sizes
     metrics = _metrics(p2p_on, "p2p_on") + _metrics(p2p_off, "p2p_off")
@@ -222,6 +225,9 @@ def _compare_speeds(
 
 def judge_busbw(run: SweepRun, expected: Expectation | None) -> Verdict:
     """Peak busbw of ``run`` against the expected figure for this platform (figures only without one)."""
+    stopped = not_run(run)
+    if stopped is not None:
+        return stopped
     if not run.ok:
         return fail(
             "NCCL_ALLREDUCE_FAILED",

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from preflight.judge.nccl import CLEARLY_FASTER
+from preflight.judge.nccl import CLEARLY_FASTER, not_run
 from preflight.outcome import Metric, Verdict, passed, skip, warn
 from preflight.probe.sweep import SweepRun, env_flag_set
 
@@ -91,6 +91,9 @@ def judge_nccl_env(
     if as_is is None or without is None:
         return warn("NCCL_ENV_COSTS_SPEED", f"{names} set in the job's environment; its cost was not measured",
                     remediation, evidence=evidence)
+    stopped = not_run(as_is, without)
+    if stopped is not None:
+        return stopped
     if not as_is.ok:
         return skip(f"{names} is set, but the run with it did not complete; the bandwidth check reports that")
     if not without.ok:

@@ -12,7 +12,8 @@ import statistics
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from preflight.launch.torchrun import LaunchResult
+from preflight.judge.ddp import judge_not_run
+from preflight.launch.outcome import PhaseResult
 from preflight.outcome import Metric, Verdict, View, fail, passed, skip, warn
 from preflight.parse.topo import TopoMatrix, nvlink_width
 
@@ -25,10 +26,13 @@ P2P_FIX = (
 )
 
 
-def judge_p2p_launch(launch: LaunchResult) -> Verdict | None:
+def judge_p2p_launch(launch: PhaseResult) -> Verdict | None:
     """FAIL when the copy worker hung (naming the pair it was copying) or crashed; None when it finished."""
     if launch.ok:
         return None
+    stopped = judge_not_run(launch, "peer-to-peer copy test")
+    if stopped is not None:
+        return stopped
     rank = launch.ranks[0] if launch.ranks else None
     phase = rank.last_phase if rank else None
     evidence = launch.evidence()

@@ -20,9 +20,9 @@ from typing import Any
 
 from packaging.version import InvalidVersion, Version
 
-from preflight.judge.ddp import judge_launch_failure
+from preflight.judge.ddp import judge_launch_failure, judge_not_run
 from preflight.judge.op_build import OP_BUILD_FIX, SLOW_FIX
-from preflight.launch.torchrun import LaunchResult, RankOutcome
+from preflight.launch.outcome import PhaseResult, RankOutcome
 from preflight.outcome import Metric, Verdict, View, fail, passed, warn
 from preflight.parse.op_build import find_op_build_failure
 from preflight.workers import phases
@@ -116,11 +116,11 @@ def _ranks(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
-def _results(launch: LaunchResult) -> list[dict[str, Any]]:
+def _results(launch: PhaseResult) -> list[dict[str, Any]]:
     return [((r.result or {}).get("result") or {}) for r in launch.ranks]
 
 
-def strategy_table(launch: LaunchResult) -> View:
+def strategy_table(launch: PhaseResult) -> View:
     """Per rank: state, device, step time, losses, digests, memory and the checkpoint figures."""
     rows = []
     for rank, result in zip(launch.ranks, _results(launch), strict=True):
@@ -146,11 +146,14 @@ def _round(value: Any) -> Any:
     return round(value, 6) if isinstance(value, float) else value
 
 
-def judge_strategy_failure(launch: LaunchResult, strategy: str) -> Verdict | None:
+def judge_strategy_failure(launch: PhaseResult, strategy: str) -> Verdict | None:
     """FAIL for a launch that did not finish, or None when every rank finished."""
     if launch.ok:
         return None
     title, prefix = TITLES.get(strategy, strategy), strategy.upper()
+    stopped = judge_not_run(launch, title)
+    if stopped is not None:
+        return stopped
     evidence = launch.evidence()
     hung = [r for r in launch.ranks if r.state == "hung"]
     building = [r for r in hung if (r.last_phase or "").startswith(phases.OP_LOAD)]
@@ -170,8 +173,8 @@ def judge_strategy_failure(launch: LaunchResult, strategy: str) -> Verdict | Non
                               for r in others)
         summary = (f"{title}: the checkpoint {what} never completed: {_ranks([r.rank for r in in_checkpoint])} "
                    f"waited in it for {max(r.idle_s or 0.0 for r in in_checkpoint):.0f} s"
-                   + (f"; {elsewhere}" if elsewhere else "") + f" (launch killed at its {launch.deadline_s:.0f} s "
-                   "deadline)")
+                   + (f"; {elsewhere}" if elsewhere else "") + f" (stopped past the phase's {launch.deadline_s:.0f} s "
+                   "budget)")
         return fail(f"{prefix}_CHECKPOINT_{what.upper()}_HUNG", summary, SAVE_HANG_FIX, evidence=evidence)
     for rank in _crash_order(launch):
         failure = find_op_build_failure(f"{rank.error or ''}\n{rank.log_tail}")
@@ -181,7 +184,7 @@ def judge_strategy_failure(launch: LaunchResult, strategy: str) -> Verdict | Non
     return judge_launch_failure(launch, strategy)
 
 
-def _crash_order(launch: LaunchResult) -> list[RankOutcome]:
+def _crash_order(launch: PhaseResult) -> list[RankOutcome]:
     """Crashed ranks, the root cause first."""
     root = launch.root_cause()
     crashed = [r for r in launch.ranks if r.state == "crashed"]
@@ -204,7 +207,7 @@ def _losses_finite(result: Mapping[str, Any]) -> bool:
     return bool(result.get("losses")) and all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
 
 
-def judge_strategy(launch: LaunchResult, strategy: str) -> Verdict:
+def judge_strategy(launch: PhaseResult, strategy: str) -> Verdict:
     """PASS when every rank finished, learned, agreed with the others and got its state back exactly."""
     title, prefix = TITLES.get(strategy, strategy), strategy.upper()
     table = strategy_table(launch)
@@ -306,7 +309,7 @@ def _judge_checkpoint(results: Sequence[Mapping[str, Any]], title: str, prefix: 
                 MISMATCH_FIX)
 
 
-def strategy_metrics(launch: LaunchResult, results: Sequence[Mapping[str, Any]]) -> list[Metric]:
+def strategy_metrics(launch: PhaseResult, results: Sequence[Mapping[str, Any]]) -> list[Metric]:
     """Per-rank step time and peak memory, the checkpoint figures and the launch's wall time."""
     metrics = [Metric("launch_wall_time", round(launch.duration_s, 3), "s"), Metric("ranks", launch.nproc),
                Metric("loss_first", float(results[0]["losses"][0])),

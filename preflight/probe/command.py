@@ -1,8 +1,10 @@
 """Running an external command with a hard deadline.
 
 ``nvidia-smi`` can take minutes on a sick node, so every command runs in its own session and the
-whole process group is killed when the deadline passes. A missing executable, a timeout and a
-non-zero exit are all values on :class:`CommandResult`, never exceptions.
+whole process group is killed when the deadline passes; the kernel kills it too if preflight dies
+first (``PR_SET_PDEATHSIG``: the calling thread must wait for the command, as this function does).
+A missing executable, a timeout and a non-zero exit are all values on :class:`CommandResult`, never
+exceptions.
 """
 
 from __future__ import annotations
@@ -15,6 +17,8 @@ import subprocess
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
+
+from preflight.workers.lifeline import die_with_parent
 
 DEFAULT_TIMEOUT_S = 20.0
 
@@ -78,6 +82,7 @@ def run_command(
             env=dict(env) if env is not None else None,
             text=True,
             errors="replace",
+            preexec_fn=die_with_parent,  # noqa: PLW1509 - only prctl runs between fork and exec
         )
     except (FileNotFoundError, PermissionError, OSError) as exc:
         return CommandResult(argv, None, "", str(exc), not_found=True, duration_s=time.monotonic() - start)

@@ -6,9 +6,11 @@ takes minutes (130 s for both CPU ops on a quiet 2-core machine, more under load
 inside a rank under a launch deadline made a slow compile look like a hung rank, and killing it
 there left torch's build lock behind in the user's own ``~/.cache/torch_extensions``. Here the
 build runs once, in a child process with its own budget (``--op-build-timeout``), in a directory
-of preflight's own (:func:`extensions_root`), before any launch; the launch's ranks get
-:meth:`OpBuild.launch_env` and find every op built. Compiled objects survive a killed build
-(ninja keeps finished outputs), so the next run resumes rather than starts over.
+of preflight's own (:func:`extensions_root`; the ranks find the same folder from the same
+environment). :class:`BackgroundOpBuild` starts it together with the rehearsal launch, holding the
+root's lock from the start: the launch's ``deepspeed_ops`` phase waits on that lock while the DDP,
+sweep and FSDP phases run, then loads the built ops. Compiled objects survive a killed build (ninja
+keeps finished outputs), so the next run resumes rather than starts over.
 
 The child is ``op_build_child.py`` (its docstring cites the DeepSpeed and torch lines it follows);
 it runs as a plain file so it needs nothing but torch and DeepSpeed in the job's environment.
@@ -22,6 +24,8 @@ import json
 import os
 import sys
 import tempfile
+import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,11 +34,11 @@ from typing import Any
 from preflight.probe.command import CommandRunner, run_command
 
 EXTENSIONS_DIR_ENV = "PREFLIGHT_TORCH_EXTENSIONS_DIR"
-OPS_LOCK_ENV = "PREFLIGHT_OPS_LOCK"
-"""Set in a rehearsal's environment: the ranks hold this lock shared while they load their ops."""
 CHILD = Path(__file__).with_name("op_build_child.py")
 MARK = "PREFLIGHT_OP_BUILD"
 LOCK_NAME = "preflight.lock"
+"""``<root>/preflight.lock``: a build holds it exclusively, the ranks shared while they load."""
+STATUS_NAME = "preflight-build.json"
 DEFAULT_TIMEOUT_S = 600.0
 
 ZERO_BUILDERS: tuple[dict[str, Any], ...] = (
@@ -131,12 +135,6 @@ class OpBuild:
         """The op whose build or load failed, if any."""
         return next((op for op in self.ops if op.source == "failed"), None)
 
-    def launch_env(self) -> dict[str, str]:
-        """The variables a rehearsal's ranks need to find the ops built here."""
-        if not self.directory:
-            return {}
-        return {"TORCH_EXTENSIONS_DIR": self.directory, OPS_LOCK_ENV: os.path.join(self.directory, LOCK_NAME)}
-
     def tail(self, lines: int = 60) -> str:
         """The last ``lines`` lines of the build's output, without the child's own fact lines."""
         kept = [line for line in self.output.splitlines() if not line.startswith(MARK)]
@@ -164,21 +162,23 @@ def _op(fact: Mapping[str, Any]) -> OpLoad:
 
 
 def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-              root: Path | None = None, directory: Path | None = None, jit: bool = False,
+              root: Path | None = None, directory: Path | None = None, jit: bool = False, locked: bool = False,
               runner: CommandRunner = run_command, python: str = sys.executable,
               env: Mapping[str, str] | None = None) -> OpBuild:
     """Load (building when needed) ``builders`` in a child interpreter under ``timeout_s``; never raises.
 
-    ``root`` holds one folder per Python/torch/DeepSpeed/accelerator (default :func:`extensions_root`);
-    ``directory`` forces one folder (the ``--slow`` check builds in a fresh temporary one); ``jit``
-    calls ``jit_load`` so an op pre-built into the wheel is compiled anyway.
+    ``root`` holds one folder per Python/torch/DeepSpeed/accelerator/install (default
+    :func:`extensions_root`); ``directory`` forces one folder (the ``--slow`` check builds in a fresh
+    temporary one); ``jit`` calls ``jit_load`` so an op pre-built into the wheel is compiled anyway;
+    ``locked``: the caller holds the root's lock (:class:`BackgroundOpBuild`).
     """
     base = dict(os.environ if env is None else env)
-    spec: dict[str, Any] = {"builders": list(builders), "jit": jit, "lock_wait_s": max(1.0, timeout_s / 2)}
+    top = root or extensions_root(base)
+    top.mkdir(parents=True, exist_ok=True)
+    spec: dict[str, Any] = {"builders": list(builders), "jit": jit, "lock_wait_s": max(1.0, timeout_s / 2),
+                            "root": str(top), "locked": locked}
     if directory is not None:
         spec["directory"] = str(directory)
-    else:
-        spec["root"] = str(root or extensions_root(base))
     child_env = {**base, "PYTHONUNBUFFERED": "1"}
     child_env.pop("TORCH_EXTENSIONS_DIR", None)  # the child sets its own; never the user's
     result = runner([python, "-c", _BOOT, str(CHILD), json.dumps(spec)], timeout_s=timeout_s, env=child_env)
@@ -189,7 +189,8 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
     stale = tuple(str(item.get("path")) for fact in facts if fact.get("kind") == "stale"
                   for item in fact.get("removed") or ())
     if result.timed_out and folder:
-        stale += tuple(remove_stale_locks(Path(folder)))
+        _write_status(Path(folder), ok=False, error=f"the build did not finish within its {timeout_s:.0f} s budget")
+        stale += tuple(_remove_locks(Path(folder)) if locked else remove_stale_locks(top, Path(folder)))
     output = "\n".join(part for part in (result.stdout, result.stderr) if part)
     done = any(fact.get("kind") == "done" for fact in facts)
     versions: dict[str, str] = {key: str(start[key]) for key in ("torch", "deepspeed") if key in start}
@@ -200,28 +201,100 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
                    versions=versions)
 
 
-def remove_stale_locks(directory: Path) -> list[str]:
-    """After a killed build: remove the torch build locks it left, if no preflight process holds the
-    directory (an exclusive flock taken without waiting); the paths removed."""
-    lock_path = directory / LOCK_NAME
-    if not lock_path.exists():
-        return []
-    fd = os.open(lock_path, os.O_RDWR)
-    try:
+def _write_status(directory: Path, **status: Any) -> None:
+    """What a killed build could not write itself: the ranks must not build under the launch instead."""
+    path = directory / STATUS_NAME
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**status, "time": time.time()}))
+    os.replace(tmp, path)
+
+
+def _remove_locks(directory: Path) -> list[str]:
+    removed = []
+    for path in sorted(glob.glob(str(directory / "*" / "lock"))):
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            return []
-        removed = []
-        for path in sorted(glob.glob(str(directory / "*" / "lock"))):
-            try:
-                os.remove(path)
-            except OSError:
-                continue
-            removed.append(path)
-        return removed
+            os.remove(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def try_lock(root: Path) -> int | None:
+    """An exclusive flock on ``<root>/preflight.lock`` taken without waiting (its fd), or None when another
+    preflight process builds or loads in ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove_stale_locks(root: Path, directory: Path) -> list[str]:
+    """After a killed build: remove the torch build locks it left in ``directory``, if no preflight process
+    holds ``root`` (an exclusive flock taken without waiting); the paths removed."""
+    if not (root / LOCK_NAME).exists():
+        return []
+    fd = try_lock(root)
+    if fd is None:
+        return []
+    try:
+        return _remove_locks(directory)
     finally:
         os.close(fd)
+
+
+class BackgroundOpBuild:
+    """A build started now, beside the rehearsal launch: the root's lock is taken before :meth:`start`
+    returns (when free), so the launch's ranks, which load their ops holding it shared, wait for the
+    build rather than compile under their own deadline. :meth:`result` waits for it."""
+
+    def __init__(self, timeout_s: float, *, root: Path | None = None, env: Mapping[str, str] | None = None,
+                 runner: CommandRunner = run_command, python: str = sys.executable) -> None:
+        self.timeout_s = timeout_s
+        self.env = dict(os.environ if env is None else env)
+        self.root = root or extensions_root(self.env)
+        self.runner = runner
+        self.python = python
+        self._fd: int | None = None
+        self._thread: threading.Thread | None = None
+        self._result: list[OpBuild] = []
+
+    def start(self) -> None:
+        """Take the lock (when free) and start the build in a thread."""
+        if self._thread is not None:
+            return
+        self._fd = try_lock(self.root)
+        self._thread = threading.Thread(target=self._run, name="preflight-op-build", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            while self._fd is None and time.monotonic() - started < self.timeout_s / 2:
+                time.sleep(0.5)
+                self._fd = try_lock(self.root)
+            if self._fd is None:  # another preflight kept the directory: let its ranks finish
+                self._result.append(build_ops(timeout_s=max(1.0, self.timeout_s - (time.monotonic() - started)),
+                                              root=self.root, runner=self.runner, python=self.python, env=self.env))
+                return
+            left = max(1.0, self.timeout_s - (time.monotonic() - started))
+            self._result.append(build_ops(timeout_s=left, root=self.root, locked=True, runner=self.runner,
+                                          python=self.python, env=self.env))
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def result(self) -> OpBuild:
+        """The build, once it has ended (it ends by its own deadline)."""
+        self.start()
+        if self._thread is not None:
+            self._thread.join()
+        return self._result[0]
 
 
 def fresh_jit_build(builder: str = "FusedAdamBuilder", timeout_s: float = DEFAULT_TIMEOUT_S, *,
@@ -230,5 +303,5 @@ def fresh_jit_build(builder: str = "FusedAdamBuilder", timeout_s: float = DEFAUL
     """Build one op from scratch with ``jit_load`` in a temporary directory (removed afterwards), so no
     cached or pre-built op can hide a broken toolkit: the ``--slow`` check."""
     with tempfile.TemporaryDirectory(prefix="preflight-jit-") as scratch:
-        return build_ops(({"builder": builder},), timeout_s=timeout_s, directory=Path(scratch), jit=True,
-                         runner=runner, python=python, env=env)
+        return build_ops(({"builder": builder},), timeout_s=timeout_s, root=Path(scratch),
+                         directory=Path(scratch) / "build", jit=True, runner=runner, python=python, env=env)

@@ -193,14 +193,20 @@ def _own_affinity() -> set[int]:
     return os.sched_getaffinity(0)
 
 
+WRITE_TEST_BYTES = 1 << 20
+
+
 def _write_test(directory: Path) -> tuple[bool, str | None]:
-    """Create and remove a small file: the only test that sees read-only mounts and quotas."""
+    """Write 1 MiB of real bytes and ``fsync`` them, then remove the file: the only test that sees
+    read-only mounts, quotas and a full disk (delayed allocation accepts a ``write`` and fails at the
+    sync, so a write that is never synced proves nothing)."""
     try:
         with tempfile.NamedTemporaryFile(dir=directory, prefix=".preflight-write-test-") as handle:
-            handle.write(b"preflight")
+            handle.write(os.urandom(WRITE_TEST_BYTES))
             handle.flush()
+            os.fsync(handle.fileno())
     except OSError as exc:
-        return False, f"cannot write in {directory}: {exc.strerror or exc}"
+        return False, f"cannot write {WRITE_TEST_BYTES >> 20} MiB in {directory}: {exc.strerror or exc}"
     return True, None
 
 

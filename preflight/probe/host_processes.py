@@ -121,10 +121,17 @@ def training_processes(processes: Sequence[ProcessInfo], own_pid: int | None = N
     return found
 
 
+PREFLIGHT_RUN = "preflight run"
+
+
 def classify(proc: ProcessInfo) -> str | None:
-    """Why ``proc`` looks like a training job (launcher, nccl-tests, train script), or None."""
+    """Why ``proc`` looks like a training job (launcher, nccl-tests, train script), or None.
+    Another preflight's launch (its torchrun and ranks run ``preflight.workers.rehearsal``) is
+    :data:`PREFLIGHT_RUN`: a run in progress, not a leftover."""
     argv = proc.cmdline
     program = os.path.basename(argv[0]) if argv else proc.name
+    if "preflight.workers.rehearsal" in argv or program == "preflight" or argv[1:3] == ("-m", "preflight"):
+        return PREFLIGHT_RUN
     if (program in _LAUNCHER_NAMES or proc.name in _LAUNCHER_NAMES) and (
         program != "accelerate" or "launch" in argv[1:2]
     ):

@@ -33,33 +33,6 @@ def os_name(os_release: Path = Path("/etc/os-release")) -> str:
     return platform.platform()
 
 
-def torch_facts() -> dict[str, Any]:
-    """torch's version, CUDA build and NCCL version, without creating a CUDA context."""
-    try:
-        import torch
-    except Exception as exc:  # noqa: BLE001 - a broken torch install is itself a fact
-        return {"error": f"import torch failed: {type(exc).__name__}: {exc}"}
-    facts: dict[str, Any] = {
-        "version": torch.__version__,
-        "cuda": torch.version.cuda,
-        "cuda_build": torch.version.cuda is not None,
-        "distributed": torch.distributed.is_available(),
-        "nccl": None,
-        "device_count": 0,
-    }
-    if torch.version.cuda is not None:
-        try:
-            version = torch.cuda.nccl.version()
-            facts["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-        except Exception:  # noqa: BLE001 - built without NCCL
-            facts["nccl"] = None
-        try:
-            facts["device_count"] = torch.cuda.device_count()
-        except Exception:  # noqa: BLE001 - no driver: count stays 0
-            facts["device_count"] = 0
-    return facts
-
-
 def node_facts() -> dict[str, Any]:
     """Hostname, OS, kernel, CPU, memory and Python of this node."""
     memory = psutil.virtual_memory()

@@ -16,19 +16,23 @@ so on a node without CUDA devices the CPU accelerator's builders (C++ only) are 
 An op DeepSpeed loads only when compatible (the shared-memory all-reduce of the CPU accelerator,
 ``deepspeed/comm/torch.py: build_shm_op``, line 47) is skipped the way DeepSpeed skips it.
 
-Locking (the extensions directory is preflight's own): the child holds an exclusive ``flock`` on
-``<dir>/preflight.lock`` while it builds; the ranks of a rehearsal hold it shared while they load.
-Holding it exclusively, any torch build lock ``<dir>/<op>/lock`` is stale: torch's ``FileBaton``
-(torch 2.4-2.13: a file created with ``O_EXCL``, waited on while it exists) is left behind when its
-holder is killed, and every later build of that op would wait for it for ever (``_jit_compile``:
+Locking (the extensions root is preflight's own): a build holds an exclusive ``flock`` on
+``<root>/preflight.lock`` (the parent takes it before starting this child when a rehearsal launch
+starts with the build, so the launch's ranks, which take it shared to load their ops, wait for the
+build; ``{"locked": true}`` in the spec then). Held exclusively, any torch build lock
+``<dir>/<op>/lock`` is stale: torch's ``FileBaton`` (torch 2.4-2.13: a file created with
+``O_EXCL``, waited on while it exists) is left behind when its holder is killed, and every later
+build of that op would wait for it for ever (``_jit_compile``:
 ``FileBaton(os.path.join(build_directory, 'lock'))``, ``cpp_extension.py`` line 1697 in 2.4.1, 2345
 in 2.13.0). torch 2.14.1 holds an OS advisory lock on the same path instead (``with FileLock(...)``,
 line 2362), which the kernel releases; its file may stay, and removing it while nobody holds it is
-harmless.
+harmless. The build ends by writing ``<dir>/preflight-build.json`` (ok or the error), which the
+ranks read before loading.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import glob
 import hashlib
@@ -41,6 +45,7 @@ from typing import Any
 
 MARK = "PREFLIGHT_OP_BUILD"
 LOCK_NAME = "preflight.lock"
+STATUS_NAME = "preflight-build.json"
 
 
 def emit(kind: str, **data: Any) -> None:
@@ -58,9 +63,29 @@ def cache_key(torch_version: str, deepspeed_version: str, accelerator: str, inst
             f"{accelerator}_{where}")
 
 
-def hold_lock(directory: str, wait_s: float) -> int | None:
-    """An exclusive flock on the directory's preflight lock, waiting at most ``wait_s``; None if busy."""
-    fd = os.open(os.path.join(directory, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+def extensions_directory(root: str) -> str:
+    """The folder of ``root`` for this interpreter's torch, DeepSpeed and accelerator (imports both:
+    the ranks of a rehearsal call it too, and find the folder the build used)."""
+    import torch
+
+    import deepspeed
+    from deepspeed.accelerator import get_accelerator
+
+    installs = [os.path.dirname(torch.__file__), os.path.dirname(deepspeed.__file__)]
+    return os.path.join(root, cache_key(torch.__version__, deepspeed.__version__, get_accelerator()._name, installs))
+
+
+def write_status(directory: str, **status: Any) -> None:
+    """``<dir>/preflight-build.json``, written whole (the ranks read it)."""
+    path = os.path.join(directory, STATUS_NAME)
+    with open(path + ".tmp", "w") as out:
+        json.dump({**status, "time": time.time()}, out)
+    os.replace(path + ".tmp", path)
+
+
+def hold_lock(root: str, wait_s: float) -> int | None:
+    """An exclusive flock on the root's preflight lock, waiting at most ``wait_s``; None if busy."""
+    fd = os.open(os.path.join(root, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + wait_s
     announced = False
     while True:
@@ -97,8 +122,8 @@ def _mtime(path: str) -> float | None:
         return None
 
 
-def load_one(entry: dict[str, Any], accelerator: Any, directory: str, jit: bool) -> bool:
-    """Load (or build) one op; emit what happened. Returns False when it failed."""
+def load_one(entry: dict[str, Any], accelerator: Any, directory: str, jit: bool) -> str | None:
+    """Load (or build) one op; emit what happened. Returns the error when it failed."""
     import torch
     import torch.utils.cpp_extension as cpp
 
@@ -111,14 +136,14 @@ def load_one(entry: dict[str, Any], accelerator: Any, directory: str, jit: bool)
     facts: dict[str, Any] = {"builder": wanted, "accelerator": accelerator._name}
     if builder is None:
         emit("op", **facts, source="absent", reason=f"the {accelerator._name} accelerator has no {wanted}")
-        return True
+        return None
     facts.update(name=builder.name, builder_class=f"{type(builder).__module__}.{type(builder).__name__}")
     if entry.get("optional"):
         import deepspeed.ops
 
         if not deepspeed.ops.__compatible_ops__.get(builder.NAME, False):
             emit("op", **facts, source="incompatible", reason=builder.error_log or "not compatible here")
-            return True
+            return None
     prebuilt = bool(installed_ops.get(builder.name, False)) and wheel_accelerator == accelerator._name and not jit
     library = os.path.join(directory, builder.name, f"{builder.name}.so")
     before = _mtime(library)
@@ -126,9 +151,10 @@ def load_one(entry: dict[str, Any], accelerator: Any, directory: str, jit: bool)
     try:
         module = builder.jit_load(verbose=True) if jit else builder.load(verbose=True)
     except BaseException as exc:  # noqa: BLE001 - any failure of the build is the fact to report
-        emit("op", **facts, source="failed", seconds=round(time.monotonic() - start, 3),
-             error=f"{type(exc).__name__}: {exc}", traceback=traceback.format_exc(limit=4))
-        return False
+        error = f"{type(exc).__name__}: {exc}"
+        emit("op", **facts, source="failed", seconds=round(time.monotonic() - start, 3), error=error,
+             traceback=traceback.format_exc(limit=4))
+        return f"{builder.name}: {error}"
     seconds = time.monotonic() - start
     cuda = isinstance(builder, CUDAOpBuilder) and not getattr(builder, "build_for_cpu", False)
     compilers = [os.environ.get("CXX", "c++")]
@@ -138,7 +164,7 @@ def load_one(entry: dict[str, Any], accelerator: Any, directory: str, jit: bool)
     source = "prebuilt" if prebuilt else ("cached" if before is not None and after == before else "built")
     emit("op", **facts, source=source, seconds=round(seconds, 3), device="cuda" if cuda else "cpu",
          compilers=compilers, module=getattr(module, "__file__", None), torch_cuda=torch.version.cuda)
-    return True
+    return None
 
 
 def main(argv: list[str]) -> int:
@@ -150,25 +176,30 @@ def main(argv: list[str]) -> int:
     from deepspeed.accelerator import get_accelerator
 
     accelerator = get_accelerator()
-    installs = [os.path.dirname(torch.__file__), os.path.dirname(deepspeed.__file__)]
-    directory = spec.get("directory") or os.path.join(
-        spec["root"], cache_key(torch.__version__, deepspeed.__version__, accelerator._name, installs))
+    root = str(spec["root"])
+    directory = spec.get("directory") or extensions_directory(root)
     os.makedirs(directory, exist_ok=True)
     os.environ["TORCH_EXTENSIONS_DIR"] = directory
     emit("start", directory=directory, accelerator=accelerator._name, torch=torch.__version__,
          deepspeed=deepspeed.__version__, import_s=round(time.monotonic() - start, 3),
          ds_accelerator_env=os.environ.get("DS_ACCELERATOR"))
-    fd = hold_lock(directory, float(spec.get("lock_wait_s", 60.0)))
-    if fd is None:
+    fd = None if spec.get("locked") else hold_lock(root, float(spec.get("lock_wait_s", 60.0)))
+    if fd is None and not spec.get("locked"):
         emit("busy", directory=directory)
         return 3
     try:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(directory, STATUS_NAME))
         emit("stale", removed=remove_stale_locks(directory))
         for entry in spec["builders"]:
-            if not load_one(entry, accelerator, directory, bool(spec.get("jit"))):
+            error = load_one(entry, accelerator, directory, bool(spec.get("jit")))
+            if error is not None:
+                write_status(directory, ok=False, error=error)
                 return 1
+        write_status(directory, ok=True)
     finally:
-        os.close(fd)
+        if fd is not None:
+            os.close(fd)
     emit("done", seconds=round(time.monotonic() - start, 3))
     return 0
 

@@ -15,11 +15,13 @@ from typing import Any
 
 
 class RunStatus(str, enum.Enum):
-    """How a launch ended: every rank reported (OK), one crashed (FAILED), or the deadline hit (HUNG)."""
+    """How a sweep ended: every rank reported (OK), one crashed (FAILED), it ran past its budget (HUNG), or the
+    run's deadline stopped it or left it no time (NOT_RUN)."""
 
     OK = "ok"
     FAILED = "failed"
     HUNG = "hung"
+    NOT_RUN = "not run"  # the run's deadline stopped it (or left no time to start it): not the node's fault
 
 
 @dataclass(frozen=True, slots=True)

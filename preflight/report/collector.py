@@ -21,10 +21,11 @@ import pytest
 
 from preflight.errors import EXIT_NOT_READY, EXIT_OK
 from preflight.outcome import RunVerdict
-from preflight.probe.node import node_facts, torch_facts
-from preflight.report.facts import gathered_facts
+from preflight.probe.node import node_facts
+from preflight.report.facts import gathered_facts, gathered_sections
 from preflight.report.html import render_html
 from preflight.report.model import CheckResult, RunRecord, build_report
+from preflight.report.ownership import DirectoryInUse, ReportDirectory
 from preflight.report.redact import redact_obj, report_environment
 from preflight.report.writer import LineLog, dump_json, write_atomic
 from preflight.settings import Settings
@@ -34,6 +35,8 @@ HTML_NAME = "preflight.html"
 LINES_NAME = "preflight.jsonl"
 WATCHDOG_GRACE_S = 3.0
 WATCHDOG_HARD_S = 10.0
+LAST_RUN: dict[str, Any] = {}
+"""The last run's verdict, exit code and report write error, for the CLI when the disk took no report."""
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -55,22 +58,37 @@ class ReportCollector:
         self._write_lock = threading.Lock()
         self._finished = threading.Event()
         self._old_sigterm: Any = None
+        self.directory: ReportDirectory | None = None
+        self.write_error: str | None = None
 
     # -- lifecycle -------------------------------------------------------------------------
 
     def open(self) -> None:
-        """Create the report directory (usage error when impossible) and start the line log."""
+        """Own the report directory (a second run into it is refused), remove what an earlier run left
+        there, and start the line log; a usage error when any of it is impossible."""
+        if threading.current_thread() is threading.main_thread():
+            # before the first file exists: a SIGTERM from here on still ends in a report marked interrupted
+            self._old_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
+        directory = ReportDirectory(self.report_dir)
         try:
-            self.report_dir.mkdir(parents=True, exist_ok=True)
+            directory.acquire()
+            directory.clear_previous(self._own_outputs())
             self.lines = LineLog(self.report_dir / LINES_NAME)
+        except DirectoryInUse as exc:
+            raise pytest.UsageError(str(exc)) from None
         except OSError as exc:
             raise pytest.UsageError(f"cannot write reports to {self.report_dir}: {exc.strerror or exc}") from None
+        self.directory = directory
+
+    def _own_outputs(self) -> list[Path]:
+        """This run's outputs outside the report's fixed names: the JUnit and Prometheus files it was given."""
+        paths = [self.config.getoption("xmlpath", default=None), self.config.getoption("preflight_prometheus",
+                                                                                        default=None)]
+        return [Path(p) for p in paths if p]
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.record.startup_s = _seconds_since_process_start()
-        if threading.current_thread() is threading.main_thread():
-            self._old_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
         threading.Thread(target=self._watchdog, name="preflight-watchdog", daemon=True).start()
 
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection and preflight's own ordering
@@ -95,8 +113,22 @@ class ReportCollector:
             self.record.interruption = self.record.interruption or "the run was interrupted"
         self.write_reports()
         self._finished.set()
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        """The run is over (JUnit and the Prometheus textfile written): let the next run in. An
+        interruption before the session had started (pytest then skips ``sessionfinish``) still
+        leaves a report, marked interrupted."""
+        if self.report is None and self.directory is not None:
+            self.record.interrupted = True
+            self.record.interruption = self.record.interruption or "interrupted before the checks started"
+            self.write_reports()
+            self._finished.set()
         if self._old_sigterm is not None:
             signal.signal(signal.SIGTERM, self._old_sigterm)
+            self._old_sigterm = None
+        if self.directory is not None:
+            self.directory.release()
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -134,28 +166,38 @@ class ReportCollector:
         with self._write_lock:
             if self.report is not None:
                 return
-            began = time.monotonic()
-            node: dict[str, Any] = {**node_facts(), "torch": torch_facts()}
-            node.update(gathered_facts(self.config))
-            report = build_report(
-                self.record,
-                node=node,
-                environment=report_environment(os.environ),
-                options={k: _plain(v) for k, v in self.settings.options.items()},
-                exit_code=self.exit_code(),
-            )
-            self.report = redact_obj(report)
-            json_path = self.report_dir / JSON_NAME
-            html_path = self.report_dir / HTML_NAME
-            write_atomic(json_path, dump_json(self.report))
-            self.written.append(json_path)
-            write_atomic(html_path, render_html(self.report))
-            self.written.append(html_path)
-            if self.lines is not None:
-                self.lines.write({"type": "finish", "verdict": self.report["verdict"],
-                                  "interrupted": self.record.interrupted,
-                                  "report_write_s": round(time.monotonic() - began, 4)})
-                self.lines.close()
+            self._build_and_write()
+
+    def _build_and_write(self) -> None:
+        """Build the report; write JSON then HTML. A write that fails (a full disk, a removed directory)
+        is recorded in ``write_error`` and said in one line; the verdict is kept in memory for the CLI."""
+        began = time.monotonic()
+        node: dict[str, Any] = {**node_facts(), **_node_model_facts(self.config)}
+        node.update(gathered_facts(self.config))
+        report = build_report(
+            self.record,
+            node=node,
+            environment=report_environment(os.environ),
+            options={k: _plain(v) for k, v in self.settings.options.items()},
+            exit_code=self.exit_code(),
+            sections=gathered_sections(self.config),
+        )
+        self.report = redact_obj(report)
+        LAST_RUN.update(verdict=self.report["verdict"], exit_code=self.exit_code(), write_error=None)
+        try:
+            for path, render in ((self.report_dir / JSON_NAME, dump_json), (self.report_dir / HTML_NAME,
+                                                                              render_html)):
+                write_atomic(path, render(self.report))
+                self.written.append(path)
+        except OSError as exc:
+            self.write_error = f"could not write the reports in {self.report_dir}: {exc.strerror or exc}"
+            LAST_RUN["write_error"] = self.write_error
+            print(f"preflight: {self.write_error}", file=sys.stderr, flush=True)
+        if self.lines is not None:
+            self.lines.write({"type": "finish", "verdict": self.report["verdict"],
+                              "interrupted": self.record.interrupted,
+                              "report_write_s": round(time.monotonic() - began, 4)})
+            self.lines.close()
 
     # -- terminal --------------------------------------------------------------------------
 
@@ -202,6 +244,13 @@ class ReportCollector:
                   + ", ".join(str(p) for p in self.written), file=sys.stderr, flush=True)
         finally:
             os._exit(EXIT_NOT_READY)
+
+
+def _node_model_facts(config: pytest.Config) -> dict[str, Any]:
+    """The node model's sections (the job's torch, the job), whatever ``-k`` selected."""
+    from preflight.plugin import node_for
+
+    return node_for(config).as_dict()
 
 
 def _seconds_since_process_start() -> float | None:

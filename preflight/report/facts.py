@@ -1,4 +1,5 @@
-"""Node facts that fixtures add to the report's ``node`` block while the run goes on."""
+"""Node facts that fixtures add to the report's ``node`` block while the run goes on, and whole
+sections a sub-command's session adds at the report's top level (``rehearsal``)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 import pytest
 
 FACTS_KEY = pytest.StashKey[dict[str, Any]]()
+SECTIONS_KEY = pytest.StashKey[dict[str, Any]]()
 
 
 def add_fact(config: pytest.Config, name: str, data: Any) -> None:
@@ -18,3 +20,14 @@ def gathered_facts(config: pytest.Config) -> dict[str, Any]:
     """Every section added so far."""
     facts: dict[str, Any] = config.stash.get(FACTS_KEY, {})
     return dict(facts)
+
+
+def add_section(config: pytest.Config, name: str, data: Any) -> None:
+    """Add (or replace) the top-level report section ``name`` (plain JSON, declared in schema.json)."""
+    config.stash.setdefault(SECTIONS_KEY, {})[name] = data
+
+
+def gathered_sections(config: pytest.Config) -> dict[str, Any]:
+    """Every top-level section added so far."""
+    sections: dict[str, Any] = config.stash.get(SECTIONS_KEY, {})
+    return dict(sections)

@@ -80,12 +80,14 @@ class RunRecord:
 
 
 def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[str, str],
-                 options: dict[str, Any], exit_code: int | None) -> dict[str, Any]:
-    """The report as plain JSON data."""
+                 options: dict[str, Any], exit_code: int | None,
+                 sections: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report as plain JSON data; ``sections`` are optional top-level blocks (``rehearsal``)
+    that never replace a core key."""
     finished = datetime.now(timezone.utc)
     counts = Counter(c.verdict.status.value for c in record.checks.values())
     checks = sorted(record.checks.values(), key=lambda c: _order(record.collected, c.id))
-    return {
+    report: dict[str, Any] = {
         "schema_version": SCHEMA_VERSION,
         "tool": {"name": "preflight", "version": preflight.__version__},
         "run": {
@@ -106,6 +108,8 @@ def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[s
         "checks": [c.as_dict() for c in checks],
         "not_run": record.not_run(),
     }
+    extra = {name: data for name, data in (sections or {}).items() if name not in report}
+    return {**report, **extra}
 
 
 def _order(collected: list[str], nodeid: str) -> int:

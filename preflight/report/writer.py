@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
@@ -36,15 +37,25 @@ class LineLog:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._handle = open(path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open for the run; close() closes it
+        self._handle = open(path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open for the run
+        self.failed: str | None = None
 
     def write(self, record: dict[str, Any]) -> None:
-        """Append one record and flush it to disk."""
-        if self._handle.closed:
+        """Append one record and flush it to disk. A full disk stops the log (``failed`` says why), never
+        the run: a line is written whole or not at all (one ``write`` of the encoded line)."""
+        if self._handle.closed or self.failed:
             return
-        self._handle.write(json.dumps(record, default=str) + "\n")
-        self._handle.flush()
-        os.fsync(self._handle.fileno())
+        fd = self._handle.fileno()
+        line = (json.dumps(record, default=str) + "\n").encode()
+        start = os.lseek(fd, 0, os.SEEK_END)
+        try:
+            if os.write(fd, line) < len(line):
+                raise OSError(28, "No space left on device (short write)")
+            os.fsync(fd)
+        except OSError as exc:
+            self.failed = f"{self.path}: {exc.strerror or exc}"
+            with contextlib.suppress(OSError):
+                os.ftruncate(fd, start)  # never leave half a line
 
     def close(self) -> None:
         """Close the file (further writes are ignored)."""

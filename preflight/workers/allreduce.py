@@ -20,9 +20,9 @@ import statistics
 import time
 from typing import Any
 
-from preflight.judge.nccl import algbw_gbps, allreduce_busbw_gbps
 from preflight.probe.sweep import SizeResult
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.bandwidth import algbw_gbps, allreduce_busbw_gbps
+from preflight.workers.common import WorkerContext
 
 ELEMENT_BYTES = 4  # float32
 TARGET_SIZE_S = 0.25  # timed iterations per size aim at about this long
@@ -109,9 +109,19 @@ def _free_bytes(ctx: WorkerContext) -> int:
 
         free, _total = torch.cuda.mem_get_info(ctx.device)
         return int(free)
-    import psutil
+    return available_memory() // max(1, ctx.world_size)
 
-    return int(psutil.virtual_memory().available // max(1, ctx.world_size))
+
+def available_memory(meminfo: str = "/proc/meminfo") -> int:
+    """``MemAvailable`` in bytes (the kernel's estimate of what can be allocated without swapping)."""
+    try:
+        with open(meminfo) as handle:
+            for line in handle:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
 
 
 def _flag(ctx: WorkerContext, value: bool, op: Any) -> bool:
@@ -198,6 +208,3 @@ def _nccl_version(ctx: WorkerContext) -> str | None:
     version = torch.cuda.nccl.version()
     return ".".join(str(v) for v in version) if isinstance(version, tuple) else str(version)
 
-
-if __name__ == "__main__":
-    worker_main(run)

@@ -1,12 +1,15 @@
-"""What every torchrun rank does around a worker's own work.
+"""What every torchrun rank shares: its context, progress marks, result files and process group.
 
-A worker module defines ``run(ctx: WorkerContext) -> dict`` and ends with
-``if __name__ == "__main__": worker_main(run)``. ``worker_main`` sends the rank's stdout and stderr
-(NCCL_DEBUG output included) to ``rank<N>.log`` in the run directory, writes its pid, joins the
-process group with an explicit timeout (NCCL on GPUs with ``set_device(LOCAL_RANK)``, gloo on CPU),
-calls ``run`` and writes the returned dict to ``rank<N>.json``. An exception is written to
-``rank<N>.error.json`` with its traceback and the rank exits 1, so the launcher can tell which rank
-crashed first and why.
+Nothing here imports torch at module level, and nothing outside the standard library: the ranks run
+in the job's own interpreter (which may not have preflight's dependencies), so ``preflight.workers``
+may import only the standard library and, inside functions, torch.
+
+Files one rank writes in the launch's run directory:
+
+- ``rank<N>.log``: its stdout and stderr (NCCL_DEBUG output included), for the whole launch;
+- ``rank<N>.pid``: its pid and start time, so the launcher can stop it if torchrun dies first;
+- ``rank<N>.progress``: the phase it is in, what it is doing there, and since when;
+- ``rank<N>.<phase>.json``: the phase's result; ``rank<N>.<phase>.error.json``: why it raised.
 """
 
 from __future__ import annotations
@@ -15,8 +18,6 @@ import json
 import os
 import sys
 import time
-import traceback
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
@@ -26,11 +27,64 @@ RUN_DIR_ENV = "PREFLIGHT_RUN_DIR"
 BACKEND_ENV = "PREFLIGHT_BACKEND"
 PG_TIMEOUT_ENV = "PREFLIGHT_PG_TIMEOUT_S"
 DEFAULT_PG_TIMEOUT_S = 60.0
+JOINING = "joining the process group"
+STARTUP = ""  # the pseudo-phase before the first one: torch import and joining the process group
+LEAVING = "(leaving)"  # the pseudo-phase after the last one: leaving the process group
+
+
+def result_name(rank: int, phase: str) -> str:
+    """``rank1.ddp.json``: the file a finished phase leaves."""
+    return f"rank{rank}.{phase}.json"
+
+
+def error_name(rank: int, phase: str) -> str:
+    """``rank1.ddp.error.json``: the file a phase that raised leaves."""
+    return f"rank{rank}.{phase}.error.json"
+
+
+def progress_name(rank: int) -> str:
+    """``rank1.progress``: where the rank is now."""
+    return f"rank{rank}.progress"
+
+
+def write_json_atomic(path: Path, data: dict[str, Any]) -> None:
+    """Write through a temporary file and a rename, so a reader never sees half a file."""
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, default=str))
+    os.replace(tmp, path)
+
+
+@dataclass(slots=True)
+class Progress:
+    """Announces what a rank does; after a hang the launcher reports each rank's last phase and label."""
+
+    run_dir: Path
+    rank: int
+    phase: str = ""
+    phase_started: float = 0.0
+    seq: int = 0
+    completed: list[str] = field(default_factory=list)
+
+    def enter(self, phase: str, label: str) -> None:
+        """Start ``phase`` (its clock starts now)."""
+        self.phase, self.phase_started = phase, time.time()
+        self.mark(label)
+
+    def mark(self, label: str, *, waiting: bool = False) -> None:
+        """Say what the rank is about to do inside the current phase."""
+        self.seq += 1
+        write_json_atomic(self.run_dir / progress_name(self.rank), {
+            "phase": self.phase, "label": label, "seq": self.seq, "time": time.time(),
+            "phase_started": self.phase_started, "completed": self.completed, "waiting": waiting})
+
+    def done(self, phase: str) -> None:
+        """``phase`` ended on this rank (result or error written)."""
+        self.completed.append(phase)
 
 
 @dataclass(slots=True)
 class WorkerContext:
-    """The rank's identity and the resources it was given."""
+    """The rank's identity, its device and the arguments of the phase it runs."""
 
     rank: int
     world_size: int
@@ -40,11 +94,13 @@ class WorkerContext:
     args: list[str]
     run_dir: Path
     pg_timeout_s: float
+    progress_marks: Progress | None = None
     notes: list[str] = field(default_factory=list)
 
-    def progress(self, phase: str) -> None:
-        """Say what this rank is about to do; after a hang, the launcher reports each rank's last phase."""
-        mark_progress(self.run_dir, self.rank, phase)
+    def progress(self, label: str) -> None:
+        """Say what this rank is about to do; after a hang, the launcher reports each rank's last label."""
+        if self.progress_marks is not None:
+            self.progress_marks.mark(label)
 
     @property
     def on_gpu(self) -> bool:
@@ -58,39 +114,33 @@ class WorkerContext:
         import torch
 
         props = torch.cuda.get_device_properties(self.device)
-        uuid = str(getattr(props, "uuid", "")) or None
+        uuid = normalized_uuid(str(getattr(props, "uuid", "")) or None)
         bus = _pci_bus_id(props)
         return {"kind": "cuda", "id": uuid or bus or str(self.device), "name": props.name, "uuid": uuid,
                 "pci_bus_id": bus}
 
 
+def normalized_uuid(text: str | None) -> str | None:
+    """``GPU-1a2b...`` as NVML and nvidia-smi print it. torch prints ``props.uuid`` without the ``GPU-``
+    prefix (torch/csrc/cuda/Module.cpp formats the 16 raw bytes), so ranks are joined on this form."""
+    if not text:
+        return None
+    bare = text.strip().lower().removeprefix("gpu-")
+    return f"GPU-{bare}" if bare else None
+
+
 def _pci_bus_id(props: Any) -> str | None:
-    """``0000:1b:00.0`` style bus id from device properties, when torch exposes it."""
+    """``00000000:1B:00.0`` (NVML's spelling, 8-digit domain) from device properties, when torch has it."""
     try:
-        return f"{props.pci_domain_id:04x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0"
+        return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0".upper()
     except AttributeError:
         return None
 
 
-_progress_seq = 0
-
-
-def mark_progress(run_dir: Path, rank: int, phase: str) -> None:
-    """Write ``rank<N>.progress``: the phase, its sequence number and when it began."""
-    global _progress_seq
-    _progress_seq += 1
-    _write_json_atomic(run_dir / f"rank{rank}.progress", {"phase": phase, "seq": _progress_seq, "time": time.time()})
-
-
-def _write_json_atomic(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, default=str))
-    os.replace(tmp, path)
-
-
-def _redirect_output(log_path: Path) -> None:
-    """Point fds 1 and 2 at the rank's log so C-level output (NCCL) lands there too."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+def redirect_output(log_path: Path) -> None:
+    """Point fds 1 and 2 at the rank's log so C-level output (NCCL) lands there too. The log is
+    private to the user (mode 0600, like the reports) because error text may hold secrets."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
     sys.stdout.flush()
     sys.stderr.flush()
     os.dup2(fd, 1)
@@ -100,48 +150,9 @@ def _redirect_output(log_path: Path) -> None:
     sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
 
-def worker_main(run: Callable[[WorkerContext], dict[str, Any]]) -> None:
-    """Entry point of a rank: set up, call ``run``, write the result or the error, exit."""
-    rank = int(os.environ.get("RANK", "0"))
-    run_dir = Path(os.environ.get(RUN_DIR_ENV, "."))
-    _redirect_output(run_dir / f"rank{rank}.log")
-    (run_dir / f"rank{rank}.pid").write_text(str(os.getpid()))
-    started = time.monotonic()
-    print(f"[preflight rank {rank}] pid {os.getpid()} starting {sys.argv[0]}", flush=True)
-    try:
-        mark_progress(run_dir, rank, "joining the process group")
-        ctx = _init(rank)
-        ctx.progress("running")
-        result = run(ctx)
-        payload = {
-            "rank": rank,
-            "world_size": ctx.world_size,
-            "local_rank": ctx.local_rank,
-            "backend": ctx.backend,
-            "device": ctx.device_identity(),
-            "duration_s": time.monotonic() - started,
-            "notes": ctx.notes,
-            "result": result,
-        }
-        _write_json_atomic(run_dir / f"rank{rank}.json", payload)
-        print(f"[preflight rank {rank}] finished in {payload['duration_s']:.2f} s", flush=True)
-        _shutdown()
-    except BaseException as exc:  # noqa: BLE001 - any failure of a rank must be recorded
-        traceback.print_exc()
-        _write_json_atomic(
-            run_dir / f"rank{rank}.error.json",
-            {"rank": rank, "error": f"{type(exc).__name__}: {exc}", "traceback": traceback.format_exc(),
-             "time": time.time()},
-        )
-        sys.stdout.flush()
-        os._exit(1)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip interpreter teardown: a wedged CUDA/NCCL atexit must not hold the rank
-
-
-def _init(rank: int) -> WorkerContext:
-    """Join the process group with an explicit timeout and pick this rank's device."""
+def join_process_group(rank: int, run_dir: Path) -> WorkerContext:
+    """Join the process group with an explicit timeout and pick this rank's device: NCCL on its own GPU
+    (``set_device(LOCAL_RANK)`` first, eager init with ``device_id``) when CUDA is there, else gloo."""
     import torch
     import torch.distributed as dist
 
@@ -159,19 +170,12 @@ def _init(rank: int) -> WorkerContext:
         device = torch.device("cpu")
         backend = "gloo"
         dist.init_process_group(backend, timeout=timedelta(seconds=timeout_s))
-    return WorkerContext(
-        rank=rank,
-        world_size=world_size,
-        local_rank=local_rank,
-        backend=backend,
-        device=device,
-        args=sys.argv[1:],
-        run_dir=Path(os.environ.get(RUN_DIR_ENV, ".")),
-        pg_timeout_s=timeout_s,
-    )
+    return WorkerContext(rank=rank, world_size=world_size, local_rank=local_rank, backend=backend, device=device,
+                         args=[], run_dir=run_dir, pg_timeout_s=timeout_s)
 
 
-def _shutdown() -> None:
+def leave_process_group() -> None:
+    """Destroy the process group if one was joined."""
     import torch.distributed as dist
 
     if dist.is_initialized():

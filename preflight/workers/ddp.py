@@ -7,11 +7,12 @@ checksum of its parameters. DDP keeps replicas identical, so the checksums must 
 
 from __future__ import annotations
 
-import hashlib
+import resource
 import time
 from typing import Any
 
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.common import WorkerContext
+from preflight.workers.digest import parameters_digest
 
 IN_FEATURES = 256
 HIDDEN = 512
@@ -29,15 +30,7 @@ def _build_model() -> Any:
 
 def parameter_digest(model: Any) -> tuple[str, float]:
     """sha256 of every parameter's bytes (bit-exact agreement) and their float64 sum (for people)."""
-    import torch
-
-    digest = hashlib.sha256()
-    total = 0.0
-    for param in model.parameters():
-        data = param.detach().to("cpu", torch.float32).clone()  # own storage, exactly this tensor
-        digest.update(bytes(data.untyped_storage()))
-        total += float(data.double().sum())
-    return digest.hexdigest(), total
+    return parameters_digest(model.parameters())
 
 
 def run(ctx: WorkerContext) -> dict[str, Any]:
@@ -76,15 +69,10 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
 
 
 def _peak_memory(ctx: WorkerContext) -> int:
-    """GPU: the allocator's peak; CPU: the process's resident set size."""
+    """GPU: the allocator's peak; CPU: the process's peak resident set size (``ru_maxrss``, KiB on Linux)."""
     if ctx.on_gpu:
         import torch
 
         return int(torch.cuda.max_memory_allocated(ctx.device))
-    import psutil
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
-    return int(psutil.Process().memory_info().rss)
-
-
-if __name__ == "__main__":
-    worker_main(run)

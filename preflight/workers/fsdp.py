@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight.workers import phases
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.common import WorkerContext
 
 DEFAULT_STEPS = 5
 LEARNING_RATE = 1e-2
@@ -89,7 +89,7 @@ def state_digests(state: Any, prefix: str = "") -> dict[str, str]:
 
     import torch
 
-    from preflight.workers.tiny_model import tensor_digest
+    from preflight.workers.digest import tensor_digest
 
     if isinstance(state, dict):
         out: dict[str, str] = {}
@@ -221,7 +221,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
     digest, total = tm.named_digest(gathered_parameters(model))
     shard_digest, _ = tm.named_digest(local_shards(model))
 
-    path = args.checkpoint_dir or ctx.run_dir / "checkpoint"
+    path = ctx.run_dir / (args.checkpoint_dir or "checkpoint")  # relative: inside the launch's own directory
     checkpoint = checkpoint_round_trip(ctx, model, optimizer, lambda: build(tm.FRESH_MODEL_SEED), probe, path)
     peak, memory_kind = tm.peak_memory(ctx)
     return {"strategy": "fsdp", "api": api, "precision": "bf16 compute, fp32 reduce" if bf16 else "fp32",
@@ -230,6 +230,3 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
             "parameters": sum(p.numel() for p in model.parameters()), "peak_memory_bytes": peak,
             "memory_kind": memory_kind, "checkpoint": checkpoint}
 
-
-if __name__ == "__main__":
-    worker_main(run)

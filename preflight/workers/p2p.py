@@ -3,8 +3,9 @@
 ``torch.cuda.can_device_access_peer`` only reports capability: nodes where it says yes and P2P then
 hangs or corrupts data (ACS, IOMMU, broken bridges) are a known failure. So for every ordered pair
 this worker copies a known pattern from one GPU to the other, checks every element on arrival and
-times the copies. It runs as one rank under the launcher (never in the pytest process); before each
-pair it marks its progress, so if a copy hangs the launcher's deadline names the pair.
+times the copies. It runs in rank 0 of the rehearsal launch (never in the pytest process) while the
+other ranks wait; before each pair it marks its progress, so if a copy hangs the phase's budget
+names the pair.
 
 Arguments: ``--mib N`` (buffer size, default 64) and ``--iterations K`` (timed copies, default 5).
 """
@@ -16,7 +17,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.common import WorkerContext
 
 DEFAULT_MIB = 64
 DEFAULT_ITERATIONS = 5
@@ -102,11 +103,25 @@ def _device_facts(index: int) -> dict[str, Any]:
 
 
 def run(ctx: WorkerContext) -> dict[str, Any]:
-    """Every ordered pair of visible GPUs: peer access flag, verified copy, bandwidth."""
-    import torch
+    """Rank 0 copies between every ordered pair of visible GPUs (peer access flag, verified copy,
+    bandwidth) while the other ranks wait at a barrier: the copies must not compete with other traffic."""
+    import torch.distributed as dist
 
     if not ctx.on_gpu:
         return {"skipped": "the worker has no CUDA device (CPU backend)"}
+    if ctx.rank != 0:
+        ctx.progress("waiting for rank 0's peer-to-peer copies (barrier)")
+        dist.barrier()
+        return {"waited_for_rank0": True}
+    result = copy_every_pair(ctx)
+    ctx.progress("barrier after the peer-to-peer copies")
+    dist.barrier()
+    return result
+
+
+def copy_every_pair(ctx: WorkerContext) -> dict[str, Any]:
+    """Every ordered pair of visible GPUs: peer access flag, verified copy, bandwidth."""
+    import torch
     args = _arguments(ctx.args)
     count = torch.cuda.device_count()
     devices = [_device_facts(i) for i in range(count)]
@@ -132,6 +147,3 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
             torch.cuda.empty_cache()
     return {"devices": devices, "pairs": pairs, "mib": args.mib}
 
-
-if __name__ == "__main__":
-    worker_main(run)

@@ -8,7 +8,6 @@ small enough that a few steps take well under a second on a CPU rank.
 from __future__ import annotations
 
 import hashlib
-import io
 import resource
 import time
 from collections.abc import Callable, Iterable
@@ -21,6 +20,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from preflight.workers.common import WorkerContext
+from preflight.workers.digest import tensor_digest
 
 T = TypeVar("T")
 
@@ -132,15 +132,6 @@ def peak_memory(ctx: WorkerContext) -> tuple[int, str]:
     if ctx.on_gpu:
         return int(torch.cuda.max_memory_allocated(ctx.device)), "cuda_max_memory_allocated"
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "cpu_peak_rss"
-
-
-def tensor_digest(tensor: torch.Tensor) -> str:
-    """sha256 of the tensor's values as fp32 (bit-exact comparison). Serialised with ``torch.save``,
-    which is fast and needs no numpy (iterating a storage byte by byte takes seconds per MB)."""
-    data = tensor.detach().to("cpu", torch.float32).contiguous().clone()
-    buffer = io.BytesIO()
-    torch.save(data, buffer)
-    return hashlib.sha256(buffer.getvalue()).hexdigest()
 
 
 def named_digest(named: Iterable[tuple[str, torch.Tensor]]) -> tuple[str, float]:

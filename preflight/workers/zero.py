@@ -1,12 +1,14 @@
 """DeepSpeed ZeRO stage 1, 2 or 3 on every rank: initialize, a few steps, a checkpoint round trip.
 
 ``deepspeed.initialize`` gets a generated config (micro batch, gradient accumulation, bf16 where
-the GPU supports it, the stage). The ops it loads are loaded first, each timed, in their own phase
-(:data:`~preflight.workers.phases.OP_LOAD`): preflight builds them ahead of the launch into the
-``TORCH_EXTENSIONS_DIR`` it passes (``preflight.probe.deepspeed_ops``), so here they only load, and
-a rank still compiling at the deadline is reported as a slow build, not a hang. The ranks hold that
-directory's preflight lock shared while loading, so no build cleans a lock they hold. A build
-failure is re-raised with the compiler's message found in the rank's log. Every rank calls
+the GPU supports it, the stage). Its ops are loaded first, each timed, under the label
+:data:`~preflight.workers.phases.OP_LOAD`, from preflight's own extensions folder (the one
+``preflight.probe.deepspeed_ops`` builds into, found from the same environment; never the user's
+``TORCH_EXTENSIONS_DIR``), holding its root's lock shared, so no build cleans a lock a rank holds and
+a rank waits while a build runs. In a rehearsal the build runs beside the launch, and the
+:func:`ops_phase` (phase ``deepspeed_ops``, before the ZeRO phases) is where the ranks wait for it:
+a rank still there at the deadline is a slow build, not a hang. A build failure is re-raised with
+the compiler's message found in the rank's log. Every rank calls
 ``save_checkpoint`` (it synchronises inside: a save called on rank 0 only hangs), then a fresh
 engine that started from other weights calls ``load_checkpoint``, and the gathered parameters and
 the loss on a shared probe batch are compared with the saved ones.
@@ -17,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import json
 import os
 import shutil
 import time
@@ -25,9 +28,9 @@ from pathlib import Path
 from typing import Any
 
 from preflight.parse.op_build import find_op_build_failure
-from preflight.probe.deepspeed_ops import OPS_LOCK_ENV, ZERO_BUILDERS
+from preflight.probe.deepspeed_ops import LOCK_NAME, STATUS_NAME, ZERO_BUILDERS, extensions_root
 from preflight.workers import phases
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.common import WorkerContext
 
 DEFAULT_STEPS = 4
 DEFAULT_ACCUMULATION = 2
@@ -86,33 +89,53 @@ def op_build_error(ctx: WorkerContext, exc: BaseException) -> OpBuildError | Non
 
 
 @contextlib.contextmanager
-def shared_ops_lock(ctx: WorkerContext) -> Iterator[None]:
-    """Hold the extensions directory's preflight lock shared (when the launch names one)."""
-    path = os.environ.get(OPS_LOCK_ENV)
-    if not path:
-        yield
-        return
-    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+def shared_ops_lock(ctx: WorkerContext, lock: Path) -> Iterator[None]:
+    """Hold the extensions root's preflight lock shared; wait (saying so) while a build holds it."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            ctx.progress(f"{phases.OP_LOAD}: waiting for another preflight's op build ({path})")
+            ctx.progress(f"{phases.OP_LOAD}: waiting for preflight's build of them ({lock.parent})")
             fcntl.flock(fd, fcntl.LOCK_SH)
         yield
     finally:
         os.close(fd)
 
 
+def ops_folder() -> tuple[Path, Path]:
+    """``(folder, lock)``: preflight's extensions folder for this interpreter, and its root's lock."""
+    from preflight.probe.op_build_child import extensions_directory
+
+    root = extensions_root(os.environ)
+    return Path(extensions_directory(str(root))), root / LOCK_NAME
+
+
+def build_status(folder: Path) -> dict[str, Any] | None:
+    """What the last build in ``folder`` wrote (``ok``, ``error``), None when none did."""
+    try:
+        data = json.loads((folder / STATUS_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
 def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
     """Load the ops ``deepspeed.initialize`` will ask for, as it would (same builders, same skips),
-    timing each; DeepSpeed keeps them loaded (``OpBuilder._loaded_ops``) so initialize reuses them."""
+    timing each; DeepSpeed keeps them loaded (``OpBuilder._loaded_ops``) so initialize reuses them.
+    A build that failed or ran out of time in this folder is raised at once, not retried here."""
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
 
+    folder, lock = ops_folder()
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)  # torch reads it when it loads (_get_build_directory)
     accelerator = get_accelerator()
     loaded = []
-    with shared_ops_lock(ctx):
+    with shared_ops_lock(ctx, lock):
+        status = build_status(folder)
+        if status is not None and not status.get("ok"):
+            raise OpBuildError(f"DeepSpeed's ops were not built by preflight ({folder}): {status.get('error')}")
         for entry in ZERO_BUILDERS:
             builder = accelerator.create_op_builder(entry["builder"])
             if builder is None or (entry.get("optional")
@@ -125,6 +148,21 @@ def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
     return loaded
 
 
+def ops_phase(ctx: WorkerContext) -> dict[str, Any]:
+    """Phase ``deepspeed_ops`` of a rehearsal: wait for preflight's build (beside the launch), then load
+    the ops, so the ZeRO phases after it start with them loaded. Returns the wait and the loads."""
+    start = time.perf_counter()
+    ctx.progress(phases.OP_LOAD)
+    try:
+        ops = load_ops(ctx)
+    except Exception as exc:
+        build = op_build_error(ctx, exc)
+        if build is not None:
+            raise build from exc
+        raise
+    return {"ops": ops, "seconds": round(time.perf_counter() - start, 3)}
+
+
 def save_checkpoint(engine: Any, path: Path) -> None:
     """The collective save every rank calls (DeepSpeed synchronises inside it)."""
     engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG)
@@ -134,7 +172,7 @@ def parameter_digests(engine: Any, stage: int) -> dict[str, str]:
     """``name -> sha256`` of every parameter in full (ZeRO-3 gathers them first, on every rank)."""
     import deepspeed
 
-    from preflight.workers.tiny_model import tensor_digest
+    from preflight.workers.digest import tensor_digest
 
     named = list(engine.module.named_parameters())
     if stage != 3:
@@ -204,7 +242,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
     saved = parameter_digests(engine, args.stage)
     digest = _combined(saved)
 
-    path = args.checkpoint_dir or ctx.run_dir / "checkpoint"
+    path = ctx.run_dir / (args.checkpoint_dir or "checkpoint")  # relative: inside the launch's own directory
     ctx.progress(phases.CHECKPOINT_SAVE)
     _, save_s = tm.timed(ctx, lambda: save_checkpoint(engine, path))
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
@@ -253,6 +291,3 @@ def _combined(digests: dict[str, str]) -> str:
         combined.update(f"{name}={digests[name]};".encode())
     return combined.hexdigest()
 
-
-if __name__ == "__main__":
-    worker_main(run)

@@ -1,19 +1,15 @@
-"""Test-only pytest plugin (``-p tests.fakes.faulty_ddp``): the DDP check runs a worker with an
-injected fault (``PREFLIGHT_TEST_FAULT=hang:1``). It never ships with preflight."""
+"""Test-only pytest plugin (``-p tests.fakes.faulty_ddp``): the rehearsal's DDP phase runs the faulty
+DDP step (``PREFLIGHT_TEST_FAULT=hang:1``), through the hook preflight declares for it. Never shipped."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-
-class _FaultyWorker:
-    @pytest.fixture(scope="session")
-    @classmethod
-    def ddp_worker_module(cls) -> str:
-        """Replace the real DDP worker with the faulty one."""
-        return "tests.workers.faulty"
+from preflight.launch.plan import Phase
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    # Registered after preflight's plugin, so this fixture definition wins.
-    config.pluginmanager.register(_FaultyWorker(), "preflight-test-faulty-ddp")
+def pytest_preflight_phase(config: pytest.Config, phase: Phase) -> Phase | None:
+    """The DDP phase with an injected fault; every other phase unchanged."""
+    return dataclasses.replace(phase, entry="tests.workers.faulty:run") if phase.name == "ddp" else None

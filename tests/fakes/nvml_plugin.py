@@ -14,8 +14,9 @@ from typing import Any
 
 import pytest
 
-from preflight.fixtures.gpus import NVML_BACKEND_KEY, TORCH_DEVICES_KEY, gpu_state
-from preflight.probe.torch_devices import TorchDevices
+from preflight.fixtures.gpus import NVML_BACKEND_KEY, gpu_state
+from preflight.node.transports import Transports
+from tests.fakes.fake_torch import cuda_answer, real_answer, torch_runner
 from tests.fakes.nvml import FakeNvml
 
 
@@ -36,15 +37,29 @@ def _keys_to_int(value: Any) -> Any:
     return value
 
 
-def pytest_configure(config: pytest.Config) -> None:
+def _install(config: pytest.Config) -> bool:
+    """Put the fake machine in the stash (once); False without --fake-nvml."""
     profile = config.getoption("fake_nvml")
     if profile is None:
-        return
-    faults = _keys_to_int(json.loads(config.getoption("fake_nvml_faults")))
-    config.stash[NVML_BACKEND_KEY] = FakeNvml.from_profile(profile, **faults)
-    visible = gpu_state(config).visible
+        return False
+    if NVML_BACKEND_KEY not in config.stash:
+        faults = _keys_to_int(json.loads(config.getoption("fake_nvml_faults")))
+        config.stash[NVML_BACKEND_KEY] = FakeNvml.from_profile(profile, **faults)
+    return True
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    _install(config)
+
+
+def pytest_preflight_transports(config: pytest.Config) -> Transports | None:
+    """The job's torch as the fake machine's driver would have it count (the torch probe's answer)."""
+    if not _install(config):
+        return None
+    if config.getoption("fake_torch_cpu"):
+        return Transports(run=torch_runner(real_answer()))
     count = config.getoption("fake_torch_count")
     if count is None:
+        visible = gpu_state(config).visible
         count = visible.count if visible else 0
-    cuda = None if config.getoption("fake_torch_cpu") else "12.4"
-    config.stash[TORCH_DEVICES_KEY] = TorchDevices("2.13.0+fake", cuda, 0 if cuda is None else count)
+    return Transports(run=torch_runner(cuda_answer(count)))

@@ -1,18 +1,17 @@
-"""Test-only workers: the real DDP step with one rank made to crash, hang or die by a signal.
+"""Test-only phase: the real DDP step with one rank made to crash, hang or die by a signal.
 
-``python -m tests.workers.faulty MODE RANK`` where MODE is crash, hang or sigkill; without
-arguments the fault comes from ``PREFLIGHT_TEST_FAULT=MODE:RANK`` (set by end-to-end tests)."""
+The entry ``tests.workers.faulty:run`` takes ``MODE RANK`` as its phase arguments, or else reads
+``PREFLIGHT_TEST_FAULT=MODE:RANK`` (set by end-to-end tests); MODE is crash, hang or sigkill."""
 
 from __future__ import annotations
 
 import os
 import signal
-import sys
 import time
 from typing import Any
 
 from preflight.workers import ddp
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.common import WorkerContext
 
 
 def run(ctx: WorkerContext) -> dict[str, Any]:
@@ -27,8 +26,3 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
             os.kill(os.getpid(), signal.SIGKILL)
     return ddp.run(ctx)
 
-
-if __name__ == "__main__":
-    if len(sys.argv) < 3 and "PREFLIGHT_TEST_FAULT" not in os.environ:
-        sys.exit("usage: python -m tests.workers.faulty MODE RANK")
-    worker_main(run)

@@ -14,7 +14,7 @@ import time
 from typing import Any
 
 from preflight.workers import fsdp
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.common import WorkerContext
 
 
 def run(ctx: WorkerContext) -> dict[str, Any]:
@@ -51,6 +51,3 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
         raise ValueError(f"unknown fault {mode!r}")
     return fsdp.run(ctx)
 
-
-if __name__ == "__main__":
-    worker_main(run)

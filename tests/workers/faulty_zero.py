@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight.workers import zero
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.common import WorkerContext
 
 
 def run(ctx: WorkerContext) -> dict[str, Any]:
@@ -27,7 +27,3 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
 
         zero.save_checkpoint = skipped
     return zero.run(ctx)
-
-
-if __name__ == "__main__":
-    worker_main(run)

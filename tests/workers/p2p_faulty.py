@@ -13,7 +13,7 @@ from typing import Any
 
 from preflight.probe.sweep import env_flag_set
 from preflight.workers import allreduce
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.common import WorkerContext
 
 DELAY_S = 0.004
 
@@ -54,6 +54,3 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
         dist.all_reduce = _wrong_all_reduce(dist.all_reduce, ctx.rank)
     return allreduce.run(ctx)
 
-
-if __name__ == "__main__":
-    worker_main(run)

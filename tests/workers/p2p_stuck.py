@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from preflight.workers.common import WorkerContext, worker_main
+from preflight.workers.common import WorkerContext
 
 
 def run(ctx: WorkerContext) -> dict[str, Any]:
@@ -19,6 +19,3 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
     time.sleep(3600)
     return {}
 
-
-if __name__ == "__main__":
-    worker_main(run)

@@ -1,0 +1,86 @@
+"""preflight's time to a verdict as a multiple of one bare torchrun launch, measured in the same run.
+
+    python benchmarks/launch_ratio.py [--runs 3] [--nproc N] [-- extra preflight options]
+
+Each round runs, one after the other: a bare launch (``benchmarks/bare_launch.py``: start, join the
+group, one all-reduce, leave), ``preflight --profile quick`` and ``preflight --profile full``, so a
+noisy machine slows all three alike. Prints every run, the medians (wall and CPU seconds of the
+whole process tree) and the two ratios. Targets on a 2-core CPU machine: quick <= 1.5x, full <= 2.0x.
+On a GPU node it runs as is (the bare launch then uses NCCL on every GPU).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def _timed(argv: list[str]) -> tuple[float, float, int, str]:
+    """Wall seconds, CPU seconds of the children, exit code, last stdout line."""
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.monotonic()
+    proc = subprocess.run(argv, capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    wall = time.monotonic() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    last = (proc.stdout.strip().splitlines() or [""])[-1]
+    return wall, cpu, proc.returncode, last
+
+
+def bare(nproc: int | None) -> tuple[float, float, int, str]:
+    ranks = f"--nproc-per-node={nproc}" if nproc else "--nproc-per-node=gpu"
+    if nproc is None and not _has_gpu():
+        ranks = "--nproc-per-node=2"
+    return _timed([sys.executable, "-m", "torch.distributed.run", "--standalone", ranks, str(HERE / "bare_launch.py")])
+
+
+def _has_gpu() -> bool:
+    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
+                           capture_output=True, text=True)
+    return probe.stdout.strip() not in ("", "0")
+
+
+def preflight(profile: str, extra: list[str]) -> tuple[float, float, int, str]:
+    out = tempfile.mkdtemp(prefix=f"preflight-ratio-{profile}-")
+    wall, cpu, code, last = _timed([sys.executable, "-m", "preflight", "--report-dir", out, "--profile", profile,
+                                    *extra])
+    verdict = json.loads((Path(out) / "preflight.json").read_text())["verdict"] if code in (0, 1) else last
+    return wall, cpu, code, verdict
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--nproc", type=int, default=None)
+    argv = sys.argv[1:]
+    extra = argv[argv.index("--") + 1:] if "--" in argv else []
+    args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
+    if args.nproc:
+        extra = ["--nproc", str(args.nproc), *extra]
+    rows: dict[str, list[tuple[float, float, int, str]]] = {"bare": [], "quick": [], "full": []}
+    for round_ in range(args.runs):
+        rows["bare"].append(bare(args.nproc))
+        rows["quick"].append(preflight("quick", extra))
+        rows["full"].append(preflight("full", extra))
+        print(f"round {round_ + 1}: " + "  ".join(f"{k} {v[-1][0]:.2f} s ({v[-1][3]})" for k, v in rows.items()),
+              flush=True)
+    medians = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
+    print(f"{'command':8s} {'wall (median)':>14s} {'CPU (median)':>13s}")
+    for name, (wall, cpu) in medians.items():
+        print(f"{name:8s} {wall:12.2f} s {cpu:11.2f} s")
+    base = medians["bare"][0]
+    print(f"quick / bare = {medians['quick'][0] / base:.2f}x   full / bare = {medians['full'][0] / base:.2f}x")
+
+
+if __name__ == "__main__":
+    main()

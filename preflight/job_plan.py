@@ -1,0 +1,155 @@
+"""The job's plan judged as a whole: the glue the ``job_plan`` checks and ``preflight rehearse`` share.
+
+:class:`PlanNode` is every node fact the plan judges need, gathered once by
+``preflight/fixtures/plan.py`` (the only place that reads the GPU and host fixtures for them).
+:func:`rehearsal_plan_verdicts` is the hook for ``preflight rehearse``: given the user's script
+and its arguments it finds the DeepSpeed config they name, scans the script for traps, and returns
+one named verdict per question, ready to record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from preflight.judge.cuda_runtime import GpuCapability
+from preflight.judge.ds_config import (
+    HostMemory,
+    JobWorld,
+    PathSpace,
+    judge_ds_batch,
+    judge_ds_keys,
+    judge_ds_precision,
+    judge_ds_zero,
+    zero_plan,
+)
+from preflight.judge.launch_command import LaunchNode, launch_ranks
+from preflight.judge.memory_fit import DEFAULT_HEADROOM, FitPlan, plan_memory_fit
+from preflight.judge.script_traps import ScriptScan, judge_script_traps, scan_script
+from preflight.judge.sizing import BytesPerParam, LoraSplit
+from preflight.outcome import Verdict, fail, warn
+from preflight.parse.ds_config import DsConfig, DsConfigError, read_ds_config
+from preflight.parse.ds_config_keys import load_known_keys
+from preflight.parse.launch_command import LaunchCommand
+from preflight.parse.quantity import Headroom
+from preflight.probe.gpu_memory import GpuMemory
+from preflight.probe.host import probe_disk
+from preflight.probe.job_plan import find_ds_config_arg, read_script, resolve
+
+
+@dataclass(frozen=True, slots=True)
+class PlanNode:
+    """The node as the plan judges see it."""
+
+    node_gpus: int
+    """GPUs NVML lists on the node."""
+    visible_gpus: int
+    """GPUs the job sees from this shell (``CUDA_VISIBLE_DEVICES`` applied)."""
+    visible_var: str | None
+    capabilities: tuple[GpuCapability, ...] | None
+    """Compute capability of each GPU the job sees; None when unknown."""
+    memory: tuple[GpuMemory, ...]
+    ranks: int
+    ranks_how: str
+    cpus: int | None
+    host: HostMemory
+    deepspeed_version: str | None
+
+    def launch_node(self) -> LaunchNode:
+        """The facts the launch-command judge takes."""
+        return LaunchNode(self.node_gpus, self.visible_gpus, self.visible_var, self.cpus)
+
+
+@dataclass(frozen=True, slots=True)
+class PlanVerdict:
+    """One answer about the plan: a short name (``ds_config_batch``), a title and the verdict."""
+
+    name: str
+    title: str
+    verdict: Verdict
+
+
+def job_world(node: PlanNode, launch: LaunchCommand | None = None) -> JobWorld:
+    """The job's ranks: what the launch command starts when it says, else the node's rank count."""
+    if launch is not None:
+        ranks = launch_ranks(launch, node.launch_node())
+        if ranks is not None:
+            nproc = launch.option("nproc-per-node") or 1
+            started = f" --nproc-per-node={nproc}" if launch.launcher == "torchrun" else ""
+            return JobWorld(ranks, f"--launch: {launch.launcher}{started}")
+    return JobWorld(node.ranks, node.ranks_how)
+
+
+def fit_for(node: PlanNode, ranks: int, *, params: int | None, split: BytesPerParam | None = None,
+            largest_layer_params: int | None = None, headroom: Headroom | None = None,
+            lora: LoraSplit | None = None) -> FitPlan | None:
+    """The memory fit on the job's ranks (one GPU each), None without a model size or GPUs."""
+    if params is None or not node.memory:
+        return None
+    gpus = node.memory[:ranks] if 0 < ranks <= len(node.memory) else node.memory
+    return plan_memory_fit(params=params, gpus=gpus, split=split, largest_layer_params=largest_layer_params,
+                           headroom=headroom or DEFAULT_HEADROOM, lora=lora)
+
+
+def nvme_spaces(config: DsConfig) -> dict[str, PathSpace]:
+    """Free space of each ``nvme_path`` the config offloads to (a probe: statvfs and a write test)."""
+    plan = zero_plan(config)
+    spaces: dict[str, PathSpace] = {}
+    for path in {p for p in ((plan.optimizer_nvme_path, plan.param_nvme_path) if plan else ()) if p}:
+        disk = probe_disk(path)
+        spaces[path] = PathSpace(path, disk.exists, disk.free_bytes, disk.writable, disk.problem)
+    return spaces
+
+
+def ds_config_verdicts(config: DsConfig, node: PlanNode, world: JobWorld, fit: FitPlan | None) -> list[PlanVerdict]:
+    """The four DeepSpeed-config questions."""
+    return [
+        PlanVerdict("ds_config_batch", "The DeepSpeed config's batch arithmetic holds on the job's ranks",
+                    judge_ds_batch(config, world)),
+        PlanVerdict("ds_config_precision", "The DeepSpeed config's precision runs on these GPUs",
+                    judge_ds_precision(config, node.capabilities)),
+        PlanVerdict("ds_config_zero", "The DeepSpeed config's ZeRO stage and offload fit this node",
+                    judge_ds_zero(config, fit=fit, ranks=world.ranks, host=node.host, nvme=nvme_spaces(config))),
+        PlanVerdict("ds_config_keys", "Every key of the DeepSpeed config is one DeepSpeed reads",
+                    judge_ds_keys(config, load_known_keys(), node.deepspeed_version)),
+    ]
+
+
+def scan_script_file(path: str, cwd: Path | None = None) -> ScriptScan | Verdict:
+    """The trap scan of a script file, or a WARN when it cannot be read (it was not checked)."""
+    source = read_script(path, cwd)
+    if source.text is None:
+        return warn("SCRIPT_UNREADABLE", f"training script {source.path} {source.problem}: it was not scanned",
+                    "Run preflight from the job's directory or give the script's full path (--script FILE).")
+    return scan_script(source.text, path)
+
+
+def rehearsal_plan_verdicts(
+    script: str,
+    script_args: Sequence[str],
+    *,
+    node: PlanNode,
+    ranks: int,
+    fit: FitPlan | None = None,
+    cwd: Path | None = None,
+) -> list[PlanVerdict]:
+    """The plan checks for ``preflight rehearse -- script args...`` on ``ranks`` ranks.
+
+    The script is scanned for traps; a DeepSpeed config named in ``script_args``
+    (``--deepspeed_config``, ``--deepspeed``, ``--ds-config`` ...) is judged for ``ranks`` ranks.
+    """
+    scan = scan_script_file(script, cwd)
+    verdicts = [PlanVerdict("script_traps", "The training script avoids the classic distributed traps",
+                            scan if isinstance(scan, Verdict) else judge_script_traps(scan))]
+    named = find_ds_config_arg(script_args)
+    if named is None:
+        return verdicts
+    try:
+        config = read_ds_config(resolve(named, cwd))
+    except DsConfigError as exc:
+        return [*verdicts, PlanVerdict("ds_config", "The DeepSpeed config the script names can be read",
+                                       fail("DS_CONFIG_UNREADABLE", str(exc),
+                                            f"Fix or point the script's config argument at the real file ({named})."))]
+    world = JobWorld(ranks, f"{ranks} rehearsal ranks")
+    return [*verdicts, *ds_config_verdicts(config, node, world, fit)]

@@ -1,0 +1,1 @@
+"""The checks of a ``preflight rehearse`` session (never collected by a plain ``preflight`` run)."""

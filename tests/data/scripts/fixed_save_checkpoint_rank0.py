@@ -1,0 +1,12 @@
+import deepspeed
+import torch.distributed as dist
+
+model_engine, optimizer, _, _ = deepspeed.initialize(model=model, config="ds.json")
+for step, batch in enumerate(loader):
+    loss = model_engine(batch)
+    model_engine.backward(loss)
+    model_engine.step()
+    if step % 100 == 0:
+        model_engine.save_checkpoint("checkpoints", tag=f"step{step}")
+        if dist.get_rank() == 0:
+            print(f"saved checkpoint at step {step}")

@@ -1,0 +1,7 @@
+import torch
+import torch.distributed as dist
+
+loss = torch.tensor([1.0])
+if dist.get_rank() == 0:
+    dist.all_reduce(loss)
+    print(loss.item() / dist.get_world_size())

@@ -1,0 +1,131 @@
+"""The rehearsal launch on real torchrun with gloo ranks: phases in one process group, a broken phase
+named by phase and rank, the phases after it relaunched, the run's deadline never called a hang."""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from preflight.judge.ddp import judge_launch_failure
+from preflight.launch.plan import LaunchPlan, Phase
+from preflight.launch.rehearsal import MIN_LAUNCH_S, Budget, Rehearsal
+from preflight.launch.torchrun import overdue_phase, RankProgress
+from preflight.outcome import Status
+from tests.conftest import REPO_ROOT
+from tests.launching import launch_phases
+
+pytestmark = pytest.mark.subprocess
+COLLECTIVE = "tests.workers.phases:collective"
+
+
+@pytest.fixture(autouse=True)
+def _importable_tests(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ranks must import tests.workers."""
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+
+
+def _phases(fault: tuple[str, str] | None = None, at: str = "two", budget_s: float = 60.0) -> list[Phase]:
+    return [Phase(name, COLLECTIVE, fault if (fault and name == at) else (), budget_s=budget_s)
+            for name in ("one", "two", "three")]
+
+
+def _alive(pids: list[int]) -> list[int]:
+    return [p for p in pids if psutil.pid_exists(p) and psutil.Process(p).status() != psutil.STATUS_ZOMBIE]
+
+
+def _rank_pids(run_dir: Path) -> list[int]:
+    return [json.loads(p.read_text())["pid"] for p in run_dir.glob("rank*.pid")]
+
+
+def test_every_phase_runs_in_one_process_group(tmp_path: Path) -> None:
+    result = launch_phases(_phases(), nproc=2, run_dir=tmp_path)
+    assert result.ok, [p.describe() for p in result.phases]
+    assert [p.phase for p in result.phases] == ["one", "two", "three"]
+    assert all(r["sum"] == 1.0 for p in result.phases for r in p.results())
+    # one launch: one pid per rank for all three phases
+    pids = {r.result["result"]["rank"]: r.result for p in result.phases for r in p.ranks}
+    assert len(_rank_pids(tmp_path)) == 2 and len(pids) == 2
+
+
+def test_a_crash_names_its_phase_and_rank_and_the_later_phases_did_not_run(tmp_path: Path) -> None:
+    result = launch_phases(_phases(("crash", "1")), nproc=2, run_dir=tmp_path)
+    one, two, three = result.phases
+    assert one.ok and not two.ok and three.state == "not_run"
+    assert two.root_cause() == 1 and "injected crash on rank 1" in two.describe()
+    assert "phase two broke the launch first" in three.reason
+    verdict = judge_launch_failure(two, "two")
+    assert verdict is not None and verdict.code == "TWO_RANK_CRASHED" and "rank 1" in verdict.summary
+
+
+def test_a_hang_past_the_phase_budget_is_named_and_leaves_no_process(tmp_path: Path) -> None:
+    result = launch_phases(_phases(("hang", "0"), budget_s=10), nproc=2, run_dir=tmp_path)
+    two = result.phase("two")
+    assert two.timed_out and two.ranks_in("hung") and not two.cut
+    assert "rank 0 at 'sleeping on purpose'" in two.describe()
+    assert result.phase("three").state == "not_run" and result.phase("one").ok
+    verdict = judge_launch_failure(two, "two")
+    assert verdict is not None and verdict.code == "TWO_RANK_HUNG"
+    assert not _alive(_rank_pids(tmp_path))
+
+
+def test_the_rehearsal_relaunches_the_phases_after_a_broken_one(tmp_path: Path) -> None:
+    plan = LaunchPlan("rehearsal", tuple(_phases(("crash", "0"))), 2)
+    rehearsal = Rehearsal(plan, tmp_path / "logs", Budget(lambda: 600.0, 600.0))
+    rehearsal.start()
+    rehearsal.open_gate()
+    try:
+        assert rehearsal.phase("one").ok
+        two = rehearsal.phase("two")
+        assert two.state == "broken" and two.root_cause() == 0
+        three = rehearsal.phase("three")
+        assert three.ok, three.describe()
+        assert three.launch_name == "rehearsal" and three.run_dir.name == "rehearsal-relaunch"
+        assert "relaunched after phase two broke" in (three.run_dir / "relaunch.txt").read_text()
+    finally:
+        rehearsal.close()
+
+
+def test_the_runs_deadline_cuts_a_phase_and_it_is_not_called_a_hang(tmp_path: Path) -> None:
+    left = {"s": 30.0}
+    started = time.monotonic()
+    budget = Budget(lambda: left["s"] - (time.monotonic() - started), 22.0)
+    plan = LaunchPlan("rehearsal", tuple(_phases(("hang", "1"), budget_s=300)), 2)
+    rehearsal = Rehearsal(plan, tmp_path / "logs", budget)
+    rehearsal.start()
+    rehearsal.open_gate()
+    try:
+        two = rehearsal.phase("two")
+        assert two.cut and not two.timed_out and "the run's deadline (--timeout 22 s) left" in two.describe()
+        verdict = judge_launch_failure(two, "two")
+        assert verdict is not None and verdict.status is Status.ERROR and verdict.code == "RUN_DEADLINE"
+        three = rehearsal.phase("three")
+        assert three.state == "not_run" and verdict.status is Status.ERROR
+        assert judge_launch_failure(three, "three").code == "RUN_DEADLINE"  # type: ignore[union-attr]
+    finally:
+        rehearsal.close()
+
+
+def test_no_launch_starts_when_the_run_has_no_time_left(tmp_path: Path) -> None:
+    rehearsal = Rehearsal(LaunchPlan("rehearsal", tuple(_phases()), 2), tmp_path / "logs",
+                          Budget(lambda: MIN_LAUNCH_S, 60.0))
+    rehearsal.start()
+    one = rehearsal.phase("one")
+    assert one.state == "not_run" and "left" in one.reason and not (tmp_path / "logs").exists()
+
+
+def test_the_clock_of_a_phase_starts_with_the_last_rank_to_enter_it() -> None:
+    plan = LaunchPlan("p", (Phase("a", "m:f", budget_s=10), Phase("b", "m:f", budget_s=10)), 2)
+
+    def mark(phase: str, entered: float, waiting: bool = False) -> RankProgress:
+        return RankProgress(phase, "x", 1, entered, entered, (), waiting)
+
+    now = 1000.0
+    assert overdue_phase(plan, [mark("a", now - 11), mark("b", now - 11)], now, now - 60) == "a"
+    assert overdue_phase(plan, [mark("b", now - 11), mark("b", now - 5)], now, now - 60) is None
+    assert overdue_phase(plan, [mark("b", now - 11), mark("b", now - 11, waiting=True)], now, now - 60) is None
+    assert overdue_phase(plan, [None, mark("a", now - 1)], now, now - 100) == ""  # still in start-up

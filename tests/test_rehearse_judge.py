@@ -1,0 +1,257 @@
+"""The rehearsal's judges on hand-written launches: each failure named, figures, scaling, the link's
+predicted share, and the views. Stacks and messages are the shapes real runs record (the e2e
+tests in test_rehearse_e2e.py produce them for real)."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from preflight.judge.rehearse import (
+    CommModel,
+    judge_scaling,
+    judge_size,
+    scaling_rows,
+)
+from preflight.judge.rehearse_chart import scaling_chart
+from preflight.judge.rehearse_failure import name_failure, waiting_place
+from preflight.outcome import Status
+from preflight.rehearse.facts import Frame, RankRun, SizeFigures, SizeRun, percentile, size_figures
+from preflight.rehearse.table import table_view, terminal_lines
+
+SITE = "/venv/lib/python3.11/site-packages"
+RUNPY = (Frame("/venv/preflight/rehearse/bootstrap.py", 430, "main", "runpy.run_path(script)"),
+         Frame("<frozen runpy>", 88, "_run_code"), Frame("/work/train.py", 87, "<module>", "main()"))
+SLEEPING = (*RUNPY, Frame("/work/train.py", 73, "main", "time.sleep(3600)"))
+IN_BACKWARD = (*RUNPY, Frame("/work/train.py", 63, "main", "loss.backward()"),
+               Frame(f"{SITE}/torch/_tensor.py", 623, "backward"),
+               Frame(f"{SITE}/torch/autograd/graph.py", 979, "_engine_run_backward"))
+IN_DDP_INIT = (*RUNPY, Frame("/work/train.py", 40, "main", "ddp = DDP(model)"),
+               Frame(f"{SITE}/torch/nn/parallel/distributed.py", 835, "__init__", "_sync_module_states(...)"),
+               Frame(f"{SITE}/torch/distributed/utils.py", 300, "_sync_params_and_buffers"))
+IN_JIT_BUILD = (*RUNPY, Frame("/work/train.py", 19, "main", "deepspeed.init_distributed()"),
+                Frame(f"{SITE}/deepspeed/comm/torch.py", 207, "__init__", "self.shm_comm_op = build_shm_op()"),
+                Frame(f"{SITE}/deepspeed/ops/op_builder/builder.py", 613, "jit_load"),
+                Frame(f"{SITE}/torch/utils/cpp_extension.py", 2893, "_run_ninja_build", "subprocess.run("))
+
+
+def _done(rank: int, steps: int = 12, step_s: float = 0.1, first: float = 5.0, **extra) -> RankRun:
+    starts = tuple(first + i * step_s for i in range(steps))
+    return RankRun(rank=rank, ended=extra.pop("ended", "steps_done"), steps=steps, step_starts_s=starts,
+                   window_s=extra.pop("window_s", 10 * step_s), window_steps=extra.pop("window_steps", 10),
+                   rss_peak_bytes=300_000_000, param_elements=1000, param_bytes=4000, **extra)
+
+
+def _run(*ranks: RankRun, nproc: int | None = None, **extra) -> SizeRun:
+    return SizeRun(nproc=nproc or len(ranks), ranks=ranks, warmup=2, steps=10, deadline_s=extra.pop("deadline_s", 60.0),
+                   stall_s=extra.pop("stall_s", 10.0), duration_s=20.0, **extra)
+
+
+def test_a_size_that_ran_its_steps_passes_with_its_figures():
+    run = _run(_done(0, step_s=0.1), _done(1, step_s=0.12, window_s=1.2))
+    fig = size_figures(run)
+    assert fig is not None and fig.complete
+    assert fig.steps_per_s == pytest.approx(10 / 1.2)  # the slowest rank paces the job
+    assert fig.step_median_s == pytest.approx(0.12)
+    assert fig.steps_reached == (12, 12) and fig.memory_kind == "RSS"
+    verdict = judge_size(run, fig)
+    assert verdict.status is Status.PASS
+    assert "10 steps measured" in verdict.summary and "300 MB" in verdict.summary
+    assert {m.name for m in verdict.metrics} >= {"first_step", "step_median", "step_p90", "steps_per_s", "peak_memory"}
+
+
+def test_percentile_interpolates_like_numpy():
+    assert percentile([1.0, 2.0, 3.0, 4.0], 0.9) == pytest.approx(3.7)
+    assert percentile([5.0], 0.9) == 5.0
+
+
+def test_a_crash_names_the_first_failing_rank_and_its_error_not_the_peer_that_lost_it():
+    crashed = _done(1, steps=3, ended="raised", window_s=None, window_steps=0, error_type="builtins.RuntimeError",
+                    error_message="injected failure in the training loop at step 3", error_time=100.0,
+                    traceback="Traceback...\nRuntimeError: injected failure in the training loop at step 3")
+    peer = _done(0, steps=3, ended="raised", window_s=None, window_steps=0, error_type="builtins.RuntimeError",
+                 error_message="[gloo/transport/tcp/pair.cc:534] Connection closed by peer [127.0.0.1]:2345",
+                 error_time=99.0)
+    verdict = name_failure(_run(peer, crashed))
+    assert verdict is not None and verdict.status is Status.FAIL and verdict.code == "REHEARSAL_CRASHED"
+    assert verdict.summary.startswith("2 ranks: rank 1 crashed (RuntimeError: injected failure")
+    assert "after step 3" in verdict.summary and "rank 0 stopped after it" in verdict.summary
+    assert "injected failure" in verdict.evidence["rank 1 traceback (tail)"]
+    assert verdict.details["first_failing_rank"] == 1
+
+
+def test_an_out_of_memory_error_is_called_an_oom():
+    rank = _done(0, steps=2, ended="raised", window_s=None, window_steps=0, error_type="torch.OutOfMemoryError",
+                 error_message="CUDA out of memory. Tried to allocate 20.00 GiB. GPU 0 has a total capacity of 79 GiB")
+    verdict = name_failure(_run(rank))
+    assert verdict is not None and verdict.code == "REHEARSAL_OOM"
+    assert "ran out of memory" in verdict.summary and "after step 2" in verdict.summary
+    assert "batch" in (verdict.remediation or "")
+
+
+def test_a_rank_killed_by_sigkill_points_at_the_oom_killer():
+    killed = RankRun(rank=1, ended="killed", steps=4, exit_code=-signal.SIGKILL, launcher_state="crashed")
+    stopped = RankRun(rank=0, ended="killed", steps=4, exit_code=-signal.SIGTERM, launcher_state="stopped")
+    verdict = name_failure(_run(stopped, killed, root_cause=1))
+    assert verdict is not None and verdict.code == "REHEARSAL_OOM"
+    assert "rank 1 killed by SIGKILL" in verdict.summary and "OOM killer" in verdict.summary
+
+
+def test_a_hang_names_the_rank_the_others_wait_for_and_the_step():
+    sleeper = _done(0, steps=2, ended="stalled", window_s=None, window_steps=0, stack=SLEEPING, idle_s=10.2)
+    waiter = _done(1, steps=2, ended="stalled", window_s=None, window_steps=0, stack=IN_BACKWARD, idle_s=10.1)
+    verdict = name_failure(_run(waiter, sleeper))
+    assert verdict is not None and verdict.code == "REHEARSAL_HUNG"
+    assert verdict.summary.startswith("2 ranks hung after step 2: rank 0 stopped in train.py:73 (time.sleep(3600))")
+    assert "rank 1 waits in backward at train.py:63" in verdict.summary
+    assert verdict.details["ranks_behind"] == [0]
+    assert "time.sleep" in verdict.evidence["rank 0 stack while idle"]
+
+
+def test_a_rank_that_left_early_while_its_peer_waits_is_named():
+    left = _done(0, steps=4, ended="returned", window_s=None, window_steps=0)
+    waiting = _done(1, steps=4, ended="stalled", window_s=None, window_steps=0, stack=IN_BACKWARD, idle_s=11.0)
+    verdict = name_failure(_run(left, waiting))
+    assert verdict is not None and verdict.code == "REHEARSAL_HUNG"
+    assert "rank 0 left the script after step 4" in verdict.summary
+
+
+def test_no_step_before_the_deadline_says_where_the_ranks_were():
+    rank = RankRun(rank=0, ended="deadline", steps=0, stack=SLEEPING, idle_s=58.0)
+    verdict = name_failure(_run(rank))
+    assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP"
+    assert "no optimizer step in 60 s" in verdict.summary and "train.py:73" in verdict.summary
+
+
+def test_a_stall_in_the_first_collective_points_to_the_node_checks():
+    ranks = [RankRun(rank=r, ended="deadline", steps=0, stack=IN_DDP_INIT, pg_up_s=6.0, idle_s=50.0) for r in (0, 1)]
+    verdict = name_failure(_run(*ranks))
+    assert verdict is not None and verdict.code == "REHEARSAL_FIRST_COLLECTIVE_HUNG"
+    assert "process group came up 6 s after the launch" in verdict.summary
+    assert "preflight -k" in (verdict.remediation or "")
+
+
+def test_a_rank_busy_in_its_own_code_before_the_first_step_is_named_not_the_link():
+    waiting = RankRun(rank=0, ended="deadline", steps=0, stack=IN_DDP_INIT, pg_up_s=6.0, idle_s=50.0)
+    sleeping = RankRun(rank=1, ended="deadline", steps=0, stack=SLEEPING, pg_up_s=6.0, idle_s=50.0)
+    verdict = name_failure(_run(waiting, sleeping))
+    assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP"
+    assert "rank 0 waits in a collective" in verdict.summary and "rank 1 stopped in train.py:73" in verdict.summary
+
+
+def test_a_jit_build_at_the_deadline_is_not_taken_for_a_collective():
+    assert waiting_place(IN_JIT_BUILD) == "build"
+    verdict = name_failure(_run(RankRun(rank=0, ended="deadline", steps=0, stack=IN_JIT_BUILD, idle_s=118.0)))
+    assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP"
+    assert "JIT-compiling" in verdict.summary and "TORCH_EXTENSIONS_DIR" in (verdict.remediation or "")
+
+
+def test_a_script_that_ends_without_a_step():
+    verdict = name_failure(_run(RankRun(rank=0, ended="returned", steps=0)))
+    assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP" and "ended without" in verdict.summary
+
+
+def test_a_script_that_ends_early_is_measured_and_warned():
+    run = _run(_done(0, steps=6, ended="returned", window_s=None, window_steps=0))
+    fig = size_figures(run)
+    assert fig is not None and not fig.complete and fig.measured_steps == 3
+    assert fig.steps_per_s == pytest.approx(10.0)
+    verdict = judge_size(run, fig)
+    assert verdict.status is Status.WARN and verdict.code == "REHEARSAL_ENDED_EARLY"
+    assert "ended after 6 of 12 steps" in verdict.summary
+
+
+def test_the_deadline_in_the_middle_of_steady_steps_is_slow_not_hung():
+    run = _run(_done(0, steps=7, ended="deadline", window_s=None, window_steps=0, idle_s=0.05))
+    verdict = name_failure(run)
+    assert verdict is not None and verdict.code == "REHEARSAL_DEADLINE" and verdict.status is Status.WARN
+
+
+def _fig(nproc: int, steps_per_s: float) -> SizeFigures:
+    return SizeFigures(nproc=nproc, first_step_s=5.0, step_median_s=1 / steps_per_s, step_p90_s=1 / steps_per_s,
+                       steps_per_s=steps_per_s, measured_steps=50, complete=True, peak_memory_bytes=(1,) * nproc,
+                       memory_kind="GPU", steps_reached=(55,) * nproc)
+
+
+def test_the_communication_model_follows_the_strategy():
+    ddp = CommModel(params=1_000_000_000, bytes_per_param=2, strategy="ddp", busbw_gbps=100.0,
+                    busbw_source="measured", params_source="given")
+    assert ddp.seconds(1) == 0.0
+    assert ddp.seconds(8) == pytest.approx(2e9 * 2 * 7 / 8 / 100e9)
+    fsdp = CommModel(params=1_000_000_000, bytes_per_param=2, strategy="fsdp", busbw_gbps=100.0,
+                     busbw_source="measured", params_source="given")
+    assert fsdp.seconds(8) == pytest.approx(1.5 * ddp.seconds(8))
+
+
+def test_scaling_near_linear_passes_with_cost_per_thousand_steps():
+    rows = scaling_rows([_fig(1, 3.2), _fig(2, 3.1), _fig(8, 2.85)], None, price_per_hour=98.0)
+    assert [round(r.scaling, 2) for r in rows] == [1.0, 1.94, 7.12]
+    assert rows[2].cost_per_1k_steps == pytest.approx(98.0 * (1 / 2.85) * 1000 / 3600)
+    verdict = judge_scaling(rows, None)
+    assert verdict.status is Status.PASS and "8 ranks 7.12x (89% of linear)" in verdict.summary
+
+
+def test_scaling_well_short_of_linear_is_degraded_and_says_whether_the_link_explains_it():
+    comm = CommModel(params=1_000_000_000, bytes_per_param=4, strategy="ddp", busbw_gbps=20.0,
+                     busbw_source="measured here", params_source="given")
+    rows = scaling_rows([_fig(1, 2.0), _fig(8, 1.0)], comm, None)
+    verdict = judge_scaling(rows, comm)
+    assert verdict.status is Status.WARN and verdict.code == "REHEARSAL_SCALING_LOW"
+    assert "8 ranks give 4.00x the throughput of 1, 50% of linear" in verdict.summary
+    assert "explains most of the loss" in verdict.summary  # 0.35 s predicted of the 0.5 s lost
+    small = CommModel(params=1000, bytes_per_param=4, strategy="ddp", busbw_gbps=20.0,
+                      busbw_source="measured here", params_source="given")
+    verdict = judge_scaling(scaling_rows([_fig(1, 2.0), _fig(8, 1.0)], small, None), small)
+    assert "under 1% of the 0.500 s lost" in verdict.summary and "data loading" in (verdict.remediation or "")
+
+
+def test_scaling_needs_two_measured_sizes():
+    verdict = judge_scaling(scaling_rows([_fig(1, 2.0)], None, None), None, not_measured=[2])
+    assert verdict.status is Status.SKIP and "2 ranks gave no steady figure" in verdict.summary
+
+
+def test_the_chart_and_the_table_carry_every_size():
+    rows = scaling_rows([_fig(1, 3.2), _fig(2, 3.1), _fig(8, 2.85)], None, None)
+    chart = scaling_chart(rows)
+    assert chart.kind == "chart" and [t["label"] for t in chart.data["xticks"]] == ["1", "2", "8"]
+    assert len(chart.data["series"]) == 2
+    section = {"script": "train.py", "args": ["--lr", "1"], "warmup": 5, "steps": 50, "device": "gpu",
+               "assumption": "steps/s x ranks", "communication": None, "communication_note": None,
+               "price_per_hour_usd": None,
+               "sizes": [{"ranks": 1, "status": "PASS", "summary": "", "first_step_s": 41.2, "step_median_s": 0.31,
+                          "steps_per_s": 3.2, "throughput": 3.2, "scaling": 1.0, "efficiency": 1.0,
+                          "peak_memory_bytes": [61e9], "memory_kind": "GPU"},
+                         {"ranks": 8, "status": "FAIL", "code": "REHEARSAL_HUNG", "summary": "8 ranks hung"}]}
+    lines = terminal_lines(section)
+    assert lines[0].startswith("Rehearsal of train.py --lr 1: 5 warm-up + 50 measured steps")
+    assert "peak GPU mem" in lines[1] and "41.2 s" in lines[2] and "61.0 GB" in lines[2]
+    assert lines[-1] == "8 ranks FAIL REHEARSAL_HUNG: 8 ranks hung"
+    view = table_view(section)
+    assert view.data["highlight"] == [1] and view.data["columns"][0] == "ranks"
+
+
+def test_a_rehearsal_section_validates_against_the_shipped_schema(tmp_path):
+    """A section built by the session (every field type, failed and passed sizes) in a report
+    built by the report model: valid for jsonschema and for preflight's own validator."""
+    from preflight.rehearse.plan import RehearsalPlan
+    from preflight.rehearse.session import RehearsalSession
+    from preflight.report.model import RunRecord, build_report
+    from preflight.report.validate import first_problem
+    from tests.conftest import validate_report
+
+    plan = RehearsalPlan(script=tmp_path / "train.py", script_text="train.py", args=("--lr", "1"), cwd=tmp_path,
+                         sizes=(1, 2, 8), price_per_hour=98.0)
+    session = RehearsalSession(plan, tmp_path)
+    session.figures = {1: _fig(1, 3.2), 2: _fig(2, 3.1), 8: None}
+    session.verdicts = {1: judge_scaling([], None), 2: judge_scaling([], None)}
+    session.comm = CommModel(params=7_000_000_000, bytes_per_param=2, strategy="zero3", busbw_gbps=180.0,
+                             busbw_source="measured", params_source="given with --model-params")
+    session.rows = scaling_rows([_fig(1, 3.2), _fig(2, 3.1)], session.comm, 98.0)
+    report = build_report(RunRecord(), node={"hostname": "h", "os": "linux", "kernel": "6", "cpu": "x", "cpu_count": 2,
+                                             "memory_bytes": 1, "python": "3.11", "torch": {}},
+                          environment={}, options={}, exit_code=0, sections={"rehearsal": session.section(),
+                                                                             "checks": "never replaces a core key"})
+    assert isinstance(report["checks"], list) and report["rehearsal"]["sizes"][2]["status"] == "NOT RUN"
+    validate_report(report)
+    assert first_problem(report) is None

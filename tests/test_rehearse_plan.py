@@ -1,0 +1,105 @@
+"""``preflight rehearse``'s input: every mistake is one line and exit code 2, before anything runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preflight.commands.rehearse import make_plan
+from preflight.errors import UsageError
+from preflight.rehearse.plan import busbw_from_report, default_sizes
+from tests.conftest import REPO_ROOT
+
+SCRIPT = "train.py"
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    (tmp_path / SCRIPT).write_text("print('training')\n")
+    (tmp_path / "configs").mkdir()
+    return tmp_path
+
+
+def _plan(workdir: Path, *argv: str, gpus: int = 0, cores: int = 2):
+    return make_plan(list(argv), workdir, node=lambda: (gpus, cores))[0]
+
+
+@pytest.mark.parametrize(("gpus", "sizes"), [(1, (1,)), (2, (1, 2)), (4, (1, 2, 4)), (8, (1, 2, 8))])
+def test_default_sizes_are_one_two_and_all(gpus, sizes):
+    assert default_sizes(gpus) == sizes
+
+
+def test_a_cpu_node_rehearses_one_and_two_gloo_ranks(workdir):
+    plan = _plan(workdir, "--", SCRIPT, "--config", "cfg.yaml")
+    assert plan.sizes == (1, 2) and not plan.on_gpu
+    assert plan.script == workdir / SCRIPT and plan.args == ("--config", "cfg.yaml") and plan.cwd == workdir
+    assert plan.target == 55
+
+
+def test_nproc_overrides_and_the_script_arguments_pass_unchanged(workdir):
+    plan = _plan(workdir, "--nproc", "1,8", "--steps", "20", "--", SCRIPT, "--nproc", "3", "--", "x", gpus=8)
+    assert plan.sizes == (1, 8) and plan.steps == 20 and plan.args == ("--nproc", "3", "--", "x")
+
+
+def test_the_jobs_own_torchrun_line_is_taken_apart_by_torch(workdir):
+    plan = _plan(workdir, "--", "torchrun", "--standalone", "--nproc-per-node=4", SCRIPT, "--lr", "1", gpus=8)
+    assert plan.sizes == (1, 2, 4) and plan.args == ("--lr", "1") and plan.launch_command[0] == "torchrun"
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    ([SCRIPT], "put -- before the script"),
+    (["--steps", "5"], "put -- before the script"),
+    (["--"], "no script after --"),
+    (["--", "missing.py"], "script not found: missing.py"),
+    (["--", "configs"], "configs is a directory, not a script"),
+    (["--nproc", "0", "--", SCRIPT], "rank counts >= 1, got 0"),
+    (["--nproc", "1,x", "--", SCRIPT], "'x' is not a whole number"),
+    (["--nproc", "4", "--", SCRIPT], "no GPU is visible, and this node has 2 CPU cores"),
+    (["--steps", "0", "--", SCRIPT], "expected a number >= 1"),
+    (["--from-report", "nothing.json", "--", SCRIPT], "cannot read --from-report"),
+])
+def test_bad_input_is_one_clear_line(workdir, argv, message):
+    with pytest.raises(UsageError, match=None) as raised:
+        _plan(workdir, *argv)
+    assert message in str(raised.value)
+
+
+def test_more_ranks_than_visible_gpus_names_the_visible_count(workdir, monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
+    expected = r"--nproc 8 is more than the 2 GPUs visible here \(CUDA_VISIBLE_DEVICES=0,1\)"
+    with pytest.raises(UsageError, match=expected):
+        _plan(workdir, "--nproc", "1,8", "--", SCRIPT, gpus=2)
+
+
+def test_busbw_comes_from_the_bandwidth_check_of_a_report(tmp_path):
+    report = {"checks": [
+        {"id": "test_nccl_bandwidth.py::test_allreduce_bandwidth", "metrics": [
+            {"name": "busbw_peak", "value": 181.5, "unit": "GB/s"}]},
+        {"id": "test_nccl_bandwidth.py::test_nccl_p2p", "metrics": [
+            {"name": "p2p_off_busbw_peak", "value": 200.0, "unit": "GB/s"}]}]}
+    path = tmp_path / "preflight.json"
+    path.write_text(json.dumps(report))
+    value, source = busbw_from_report(path)
+    assert value == 181.5 and "test_allreduce_bandwidth" in source
+    path.write_text(json.dumps({"checks": []}))
+    with pytest.raises(UsageError, match="has no all-reduce busbw"):
+        busbw_from_report(path)
+
+
+@pytest.mark.subprocess
+def test_the_command_prints_one_line_and_exits_2(workdir):
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    for argv, message in ((["rehearse", SCRIPT], "put -- before the script"),
+                          (["rehearse", "--", "configs"], "configs is a directory, not a script")):
+        result = subprocess.run([sys.executable, "-m", "preflight", *argv], capture_output=True, text=True,
+                                cwd=workdir, env=env, timeout=120)
+        assert result.returncode == 2, result.stderr
+        lines = result.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("preflight: error: "), result.stderr
+        assert message in result.stderr and "Traceback" not in result.stderr
+    assert not (workdir / "reports").exists()
