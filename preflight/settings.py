@@ -25,7 +25,7 @@ CORE_OPTIONS: list[Option] = [
            default=300.0, metavar="SECONDS"),
     Option(name="launch-timeout", help="longest any distributed phase (a DDP step, the sweep, an FSDP or ZeRO step) "
            "may run before it is called hung, in seconds, longer or shorter than its own budget (default: each "
-           "phase's own, 60-120 s; the whole run stays within --timeout)", type=positive_float, metavar="SECONDS"),
+           "phase's own; the whole run stays within --timeout)", type=positive_float, metavar="SECONDS"),
     Option(name="strict", help="warnings make the exit code 1", flag=True, default=False),
 ]
 
