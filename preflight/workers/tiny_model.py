@@ -101,8 +101,12 @@ def lm_loss(model: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor)
 
 
 def bf16_supported(ctx: WorkerContext) -> bool:
-    """bf16 compute is used on GPUs that support it; CPU ranks stay in fp32."""
-    return ctx.on_gpu and bool(torch.cuda.is_bf16_supported())
+    """bf16 compute only on GPUs that do it natively (compute capability 8.0+); CPU ranks stay in fp32.
+
+    ``torch.cuda.is_bf16_supported()`` counts emulation by default (``including_emulation=True``: a
+    bf16 tensor can be created, so V100 and T4 say yes); ``including_emulation=False`` keeps native
+    support only. The argument is in every torch of the declared range (read in 2.4.1 and 2.13.0)."""
+    return ctx.on_gpu and bool(torch.cuda.is_bf16_supported(including_emulation=False))
 
 
 def synchronize(ctx: WorkerContext) -> None:
