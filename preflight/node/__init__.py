@@ -33,7 +33,7 @@ from preflight.parse.visible_devices import (
     parse_visible_devices,
     resolve_visible_devices,
 )
-from preflight.probe.nvml_probe import NVML_TIMEOUT_S, take_snapshot
+from preflight.probe.nvml_probe import NVML_TIMEOUT_S, probe_failed_error, take_snapshot
 from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 from preflight.probe.pci import PciGpus, nvidia_gpus_on_pci
 
@@ -44,14 +44,21 @@ T = TypeVar("T")
 class _Background(Generic[T]):
     """A fact gathered in a thread started now; :meth:`get` waits for it."""
 
-    def __init__(self, name: str, gather: Callable[[], T]) -> None:
+    def __init__(self, name: str, gather: Callable[[], T], on_error: Callable[[str], T]) -> None:
         self._found: list[T] = []
-        self._thread = threading.Thread(target=lambda: self._found.append(gather()), name=name, daemon=True)
+        self._on_error = on_error
+        self._thread = threading.Thread(target=self._gather, args=(gather,), name=name, daemon=True)
         self._thread.start()
+
+    def _gather(self, gather: Callable[[], T]) -> None:
+        try:
+            self._found.append(gather())
+        except Exception as exc:  # noqa: BLE001 - a probe that failed is a fact about the node, never a crash
+            self._found.append(self._on_error(f"{type(exc).__name__}: {exc}"))
 
     def get(self) -> T:
         self._thread.join()
-        return self._found[0]
+        return self._found[0] if self._found else self._on_error("the probe ended without an answer")
 
     def ready(self) -> bool:
         """Whether :meth:`get` would answer at once."""
@@ -110,8 +117,12 @@ class Node:
         self.cpu_rehearsal = cpu
         self._nvml = _Background("preflight-nvml-probe",
                                  lambda: take_snapshot(transports.nvml, timeout_s=nvml_timeout_s(),
-                                                       runner=transports.run))
-        self._torch = _Background("preflight-torch-probe", lambda: read_job_torch(transports))
+                                                       runner=transports.run),
+                                 lambda why: NvmlSnapshot(label=transports.nvml.label,
+                                                          error=probe_failed_error(why)))
+        self._torch = _Background("preflight-torch-probe", lambda: read_job_torch(transports),
+                                  lambda why: JobTorch(python=transports.python,
+                                                       problem=f"the torch probe failed: {why}"))
 
     # -- the two probed facts -----------------------------------------------------------------------
 

@@ -79,6 +79,13 @@ def _probe_failed(result: CommandResult, problem: str) -> SnapshotError:
     )
 
 
+def probe_failed_error(problem: str) -> SnapshotError:
+    """NVML_PROBE_FAILED for a probe that raised before its child could answer."""
+    return SnapshotError("NVML_PROBE_FAILED", f"the NVML probe failed: {problem}",
+                         "Run `python -m preflight.probe.nvml_child snapshot` by hand to see the error; then "
+                         "`nvidia-smi -q`.", problem)
+
+
 def take_snapshot(
     transport: NvmlTransport = REAL, timeout_s: float = NVML_TIMEOUT_S, runner: CommandRunner = run_command
 ) -> NvmlSnapshot:
