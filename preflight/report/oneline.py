@@ -40,8 +40,8 @@ def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
         code, extra = INTERRUPTED_CODE, len(found)
         not_run = len(report.get("not_run") or [])
         summary = str(run.get("interruption") or "the run was interrupted")
-        if not_run:
-            summary += f"; {not_run} check{'s' if not_run != 1 else ''} did not run"
+        if not_run:  # the count first: a short line cuts the reason, never how much is missing
+            summary = f"{not_run} check{'s' if not_run != 1 else ''} did not run ({summary})"
     elif found:
         worst = found[0]
         code = worst.get("code") or ERROR_CODE

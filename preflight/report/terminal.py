@@ -340,10 +340,11 @@ class PreflightTerminal:
                 if self._running is None or self.out.closed:
                     continue
                 if self.tty:
-                    text = live_text(status, self.width)
-                    self.out.write("\r" + text.ljust(len(self._live)))
-                    self._live = text.ljust(len(self._live))
-                elif (status.launch, status.phase) != self._last_phase:
+                    text = live_text(status, self.width).ljust(len(self._live))
+                    if text != self._live:
+                        self.out.write("\r" + text)
+                        self._live = text
+                elif (status.launch, status.phase) != self._last_phase and status.phase != LEAVING:
                     self.out.write(phase_line(status, self.width) + "\n")
                 self._last_phase = (status.launch, status.phase)
                 self.out.flush()
