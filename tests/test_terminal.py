@@ -16,7 +16,7 @@ import pytest
 
 from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import RankProgress, launch_status
-from preflight.outcome import fail, passed, skip, warn
+from preflight.outcome import fail, skip, warn
 from preflight.report.html import render_html
 from preflight.report.model import headline
 from preflight.report.oneline import format_oneline
@@ -89,7 +89,7 @@ def test_an_interrupted_run_names_the_interruption_not_a_warning_and_counts_what
     report = make_report("n1", [ddp_check(), slow_p2p()], interrupted="interrupted by the user (Ctrl-C)")
     report["not_run"] = [f"test_x.py::test_{n}" for n in range(12)]
     line = format_oneline(report)
-    assert line == "NOT READY: RUN_INTERRUPTED (+1 more) - 12 checks did not run (interrupted by the user..."
+    assert line == "NOT READY: RUN_INTERRUPTED (+1 more) - 12 checks did not run (interrupted by..."
     assert "NCCL_P2P_SLOW" not in line and len(line) <= 80
 
 
