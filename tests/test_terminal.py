@@ -91,6 +91,8 @@ def test_an_interrupted_run_names_the_interruption_not_a_warning_and_counts_what
     line = format_oneline(report)
     assert line == "NOT READY: RUN_INTERRUPTED (+1 more) - 12 checks did not run (interrupted by..."
     assert "NCCL_P2P_SLOW" not in line and len(line) <= 80
+    block = verdict_block(report, written=[], width=80)
+    assert "not run: 12 checks (interrupted by the user (Ctrl-C))" in block and block[-1] == "NOT READY"
 
 
 # -- formatting ---------------------------------------------------------------------------------------
@@ -111,6 +113,9 @@ def test_a_check_line_fits_the_width_and_keeps_the_status_word_first(width):
                       width=width)
     assert len(line) <= width and line.startswith("PASS  A job") and line.endswith("...")
     assert check_line("SKIP", "Short", "", title_width=column, width=width) == "SKIP  Short"
+    zero1 = check_line("SKIP", "A few training steps and a checkpoint round trip [zero1]", "not selected",
+                       title_width=30, width=width)
+    assert "... [zero1]" in zero1 and len(zero1) <= width  # the parameter survives a cut
 
 
 def test_identical_skips_become_one_line_with_a_count():

@@ -109,7 +109,10 @@ def title_column(titles: list[str], width: int) -> int:
 def check_line(status: str, title: str, reason: str, *, title_width: int, width: int) -> str:
     """``PASS  GPUs are visible to torch        4 GPUs, CUDA 12.8`` within ``width`` columns."""
     room = max(10, min(title_width, width - STATUS_COLUMN - 12))
-    head = f"{status:<{STATUS_COLUMN - 1}} {fit_words(title, room):<{room}}"
+    base, bracket, param = title.partition(" [")
+    suffix = f"{bracket}{param}" if bracket and len(bracket + param) < room // 2 else ""
+    shown = fit_words(base, room - len(suffix)) + suffix if suffix and len(title) > room else fit_words(title, room)
+    head = f"{status:<{STATUS_COLUMN - 1}} {shown:<{room}}"
     reason = " ".join(reason.split())
     if not reason:
         return head.rstrip()[:width]
@@ -187,7 +190,7 @@ def verdict_block(report: dict[str, Any], *, written: list[Path], width: int, qu
     not_run = report.get("not_run") or []
     if not_run:
         why = run.get("interruption") or "the run was interrupted"
-        lines += _wrapped(f"{len(not_run)} check{'s' if len(not_run) != 1 else ''} did not run ({why})", width, 0,
+        lines += _wrapped(f"{len(not_run)} check{'s' if len(not_run) != 1 else ''} ({why})", width, 0,
                           first="not run: ")
     if written:
         shown = [_shown_path(p) for p in written]
