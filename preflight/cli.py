@@ -56,6 +56,8 @@ def build_parser(convert: bool = True) -> argparse.ArgumentParser:
                         "expression (pytest -m), e.g. -m 'not distributed'")
     parser.add_argument("--junitxml", metavar="PATH", help=f"JUnit XML path (default REPORT_DIR/{JUNIT_NAME})")
     parser.add_argument("-q", "--quiet", action="store_true", help="one line per problem, no per-check lines")
+    parser.add_argument("-v", "--verbose", action="store_true", help="pytest's own output: one line per check "
+                        "by its test id, then pytest's summary")
     parser.add_argument("--version", action="version", version=f"preflight {preflight.__version__}")
     return parser
 
@@ -90,7 +92,7 @@ def pytest_argv(args: argparse.Namespace, extra: list[str]) -> list[str]:
     report_dir = Path(args.report_dir or "reports").resolve()
     where = checks_dir()
     argv = [str(where), "--rootdir", str(where), "-c", os.devnull, "-p", "no:cacheprovider", *plugin_args(),
-            "-q" if args.quiet else "-v", "-rN", "--tb=no", "--no-header",
+            *_reporter_args(args), "-rN", "--tb=no", "--no-header",
             "-W", "ignore::pytest.PytestAssertRewriteWarning", f"--junitxml={args.junitxml or report_dir / JUNIT_NAME}"]
     for option in all_options():
         value = getattr(args, option.dest)
@@ -107,6 +109,13 @@ def pytest_argv(args: argparse.Namespace, extra: list[str]) -> list[str]:
     if args.markexpr:
         argv += ["-m", args.markexpr]
     return argv + extra
+
+
+def _reporter_args(args: argparse.Namespace) -> list[str]:
+    """pytest's reporter for ``-v``; preflight's own terminal output otherwise (``-q``: problems only)."""
+    if args.verbose:
+        return ["-v"]
+    return ["--preflight-terminal", *(["-q"] if args.quiet else [])]
 
 
 def _check_report_dir(path: Path) -> None:
@@ -191,7 +200,7 @@ def run(argv: list[str]) -> int:
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         raise UsageError("no check matches the selection (-k / -m)")
     from preflight.report.collector import LAST_RUN
-    from preflight.report.model import verdict_label
+    from preflight.report.model import headline
 
     try:
         report = json.loads(stale.read_text())
@@ -200,7 +209,8 @@ def run(argv: list[str]) -> int:
             print(f"{LAST_RUN['verdict']}  (no report: {LAST_RUN['write_error']})")
             return int(LAST_RUN["exit_code"])
         raise UsageError(f"the run ended (pytest exit code {int(code)}) without writing {stale}") from None
-    print(f"{verdict_label(report)}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
+    if not LAST_RUN.get("shown"):  # the terminal output ends with the verdict already
+        print(f"{headline(report)}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
     if args.oneline:
         from preflight.report.oneline import format_oneline
 

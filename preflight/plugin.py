@@ -31,6 +31,7 @@ from preflight.settings import CORE_OPTIONS, Settings
 
 # Every module of preflight.fixtures is a plugin of its own (fixtures and options for one area).
 pytest_plugins = [f"preflight.fixtures.{m.name}" for m in pkgutil.iter_modules(preflight.fixtures.__path__)]
+pytest_plugins.append("preflight.report.terminal")  # preflight's own terminal output (--preflight-terminal)
 
 SETTINGS_KEY = pytest.StashKey[Settings]()
 NODE_KEY = pytest.StashKey[Node]()

@@ -34,7 +34,7 @@ def test_a_healthy_cpu_node_is_ready_and_writes_every_report(tmp_path):
     result = preflight("--cpu", "--report-dir", str(out), "--strategy", "ddp,fsdp")
     assert result.returncode == 0, result.stdout + result.stderr
     last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith(("READY", "DEGRADED")) and str(out / "preflight.json") in last
+    assert last.startswith(("READY", "DEGRADED")) and str(out / "preflight.json") in result.stdout
     report = json.loads((out / "preflight.json").read_text())
     validate_report(report)
     assert report["verdict"] in ("READY", "DEGRADED")

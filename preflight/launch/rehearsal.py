@@ -27,7 +27,7 @@ from typing import Protocol
 
 from preflight.launch.outcome import FINISHED, NOT_RUN, LaunchResult, PhaseResult, RankOutcome
 from preflight.launch.plan import LaunchPlan, Phase
-from preflight.launch.torchrun import RunningLaunch, start
+from preflight.launch.torchrun import LaunchStatus, RunningLaunch, start
 from preflight.report.writer import PRIVATE_DIR_MODE
 from preflight.workers.common import result_name
 
@@ -217,6 +217,11 @@ class Rehearsal:
         """(phase, label) of the launch in flight, for a live status line."""
         running = next((r for r in reversed(self._runs) if not r.done()), None)
         return None if running is None else running.launch.current()
+
+    def status(self) -> LaunchStatus | None:
+        """The launch in flight as a live status line shows it (phase, ranks through it, clocks), or None."""
+        running = next((r for r in reversed(self._runs) if not r.done()), None)
+        return None if running is None else running.launch.status()
 
     def close(self) -> None:
         """Stop whatever still runs (end of the session, or an interruption) and wait for the monitors."""

@@ -110,6 +110,12 @@ class RunningLaunch:
         """Let gated phases (measurements) start."""
         self.gate.touch(exist_ok=True)
 
+    def status(self) -> LaunchStatus:
+        """Where the launch is now, for a live status line (reads the ranks' progress marks)."""
+        marks = [RankProgress.read(self.run_dir / progress_name(r)) for r in range(self.plan.nproc)]
+        return launch_status(self.plan, marks, time.time(), self.started_epoch,
+                             deadline_s=self.hard_deadline - self.started)
+
     def current(self) -> tuple[str, str] | None:
         """(phase, label) of the rank that got the least far, for a live status line."""
         marks = [RankProgress.read(self.run_dir / progress_name(r)) for r in range(self.plan.nproc)]
@@ -161,6 +167,39 @@ class RunningLaunch:
     def started_epoch(self) -> float:
         """Wall-clock time of the start (ranks write epoch times)."""
         return time.time() - (time.monotonic() - self.started)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchStatus:
+    """A launch as a person watching it wants to see it: the earliest phase any rank is in (the one the
+    launcher judges), what that rank is doing, how many ranks are through it, and the clocks."""
+
+    launch: str
+    phase: str
+    label: str
+    nproc: int
+    ranks_done: int
+    waiting: bool
+    elapsed_s: float
+    phase_elapsed_s: float
+    phase_budget_s: float
+    deadline_s: float
+
+
+def launch_status(plan: LaunchPlan, marks: Sequence[RankProgress | None], now: float, started: float, *,
+                  deadline_s: float) -> LaunchStatus:
+    """The :class:`LaunchStatus` of ``plan`` from its ranks' marks (None: a rank not yet in a phase)."""
+    pending = [(m.phase if m is not None else STARTUP, m) for m in marks]
+    position = min(plan.index(phase) for phase, _ in pending)
+    phase = plan.name_at(position)
+    in_it = [m for p, m in pending if p == phase]
+    least = min(in_it, key=lambda m: -1 if m is None else m.seq)
+    entered = [m.phase_started if m is not None else started for m in in_it]
+    done = sum(1 for p, m in pending if plan.index(p) > position or (m is not None and phase in m.completed))
+    return LaunchStatus(launch=plan.name, phase=phase, label=least.label if least is not None else "",
+                        nproc=plan.nproc, ranks_done=done, waiting=any(m is not None and m.waiting for m in in_it),
+                        elapsed_s=max(0.0, now - started), phase_elapsed_s=max(0.0, now - max(entered)),
+                        phase_budget_s=plan.budget(phase), deadline_s=deadline_s)
 
 
 def overdue_phase(plan: LaunchPlan, marks: Sequence[RankProgress | None], now: float, started: float) -> str | None:

@@ -26,9 +26,10 @@ from preflight.outcome import RunVerdict
 from preflight.probe.node import node_facts
 from preflight.report.facts import gathered_facts, gathered_sections
 from preflight.report.html import render_html
-from preflight.report.model import CheckResult, RunRecord, build_report, verdict_label
+from preflight.report.model import CheckResult, RunRecord, build_report, headline
 from preflight.report.ownership import DirectoryInUse, ReportDirectory
 from preflight.report.redact import redact_files, redact_obj, report_environment
+from preflight.report.selection import Selection
 from preflight.report.writer import LineLog, dump_json, private_tree, write_atomic
 from preflight.settings import Settings
 
@@ -53,6 +54,10 @@ class ReportCollector:
         self.config = config
         self.settings = settings
         self.record = RunRecord(argv=list(sys.argv))
+        self.record.selection = Selection(keyword=config.getoption("keyword", None) or None,
+                                          markexpr=config.getoption("markexpr", None) or None,
+                                          profile=settings.profile, strategy=settings.option("strategy"),
+                                          slow=bool(settings.option("slow")))
         self.report_dir = settings.report_dir
         self.lines: LineLog | None = None
         self.written: list[Path] = []
@@ -127,6 +132,11 @@ class ReportCollector:
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection and preflight's own ordering
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
         self.record.collected = [item.nodeid for item in items]
+        self.record.selection.collected = len(items) + self.record.selection.deselected
+
+    def pytest_deselected(self, items: list[pytest.Item]) -> None:
+        """-k, -m (and --deselect) drop checks here: counted, so the report says how much of the suite ran."""
+        self.record.selection.deselected += len(items)
 
     def add_result(self, result: CheckResult) -> None:
         """Called by the plugin when a check has finished all its phases."""
@@ -253,7 +263,7 @@ class ReportCollector:
             sections=gathered_sections(self.config),
         )
         self.report = redact_obj(report)
-        LAST_RUN.update(verdict=self.report["verdict"], exit_code=self.exit_code(), write_error=None)
+        LAST_RUN.update(verdict=self.report["verdict"], exit_code=self.exit_code(), write_error=None, shown=False)
         try:
             for path, render in ((self.report_dir / JSON_NAME, dump_json), (self.report_dir / HTML_NAME,
                                                                               render_html)):
@@ -283,8 +293,9 @@ class ReportCollector:
         if report["not_run"]:
             tw.line(f"not run: {len(report['not_run'])} check(s) ({report['run']['interruption']})", yellow=True)
         colour = {"READY": {"green": True}, "DEGRADED": {"yellow": True}}.get(report["verdict"], {"red": True})
-        tw.line(f"preflight: {verdict_label(report)}", bold=True, **colour)
+        tw.line(f"preflight: {headline(report)}", bold=True, **colour)
         tw.line("reports: " + ", ".join(str(p) for p in self.written))
+        LAST_RUN["shown"] = True  # the command does not repeat the verdict
 
     # -- interruption ----------------------------------------------------------------------
 

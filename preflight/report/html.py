@@ -9,6 +9,8 @@ from typing import Any
 
 import jinja2
 
+from preflight.report.model import headline
+
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
 STATUS_ORDER = {"FAIL": 0, "ERROR": 1, "WARN": 2, "SKIP": 3, "PASS": 4}
@@ -46,6 +48,7 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["bytes"] = format_bytes
     env.filters["value"] = format_value
+    env.filters["headline"] = headline  # the verdict as the terminal and --oneline say it
     env.tests["mapping"] = lambda v: isinstance(v, dict)
     env.tests["table_like"] = lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
     return env

@@ -13,6 +13,7 @@ from typing import Any
 
 import preflight
 from preflight.outcome import RunVerdict, Status, Verdict, run_verdict
+from preflight.report.selection import Selection, selection_note
 
 SCHEMA_VERSION = "2.0"  # 2.0: the node model's torch, job and gpus sections (numbers with units)
 SUPPORTED_SCHEMA_VERSIONS = ("2.0",)
@@ -60,6 +61,7 @@ class RunRecord:
     interrupted: bool = False
     interruption: str | None = None
     startup_s: float | None = None
+    selection: Selection = field(default_factory=Selection)
 
     def add(self, result: CheckResult) -> None:
         """Store (or replace) a check's result."""
@@ -90,6 +92,12 @@ def verdict_label(report: dict[str, Any]) -> str:
     return f"{verdict} ({CPU_REHEARSAL_LABEL})" if isinstance(run, dict) and run.get("cpu_rehearsal") else verdict
 
 
+def headline(report: dict[str, Any]) -> str:
+    """The verdict with what the run covered: ``READY: 1 of 45 checks selected`` for a partial run."""
+    note = selection_note(report)
+    return f"{verdict_label(report)}: {note}" if note else verdict_label(report)
+
+
 def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[str, str],
                  options: dict[str, Any], exit_code: int | None,
                  sections: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -112,6 +120,7 @@ def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[s
             "startup_s": record.startup_s,
             "exit_code": exit_code,
             "cpu_rehearsal": bool(options.get("cpu")),
+            "selection": record.selection.as_dict(),
         },
         "verdict": record.verdict().value,
         "summary": {s.value: counts.get(s.value, 0) for s in Status},

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from preflight.report.model import verdict_label
+from preflight.report.selection import selection_note
 
 MAX_LENGTH = 80
 SEVERITY = {"FAIL": 0, "ERROR": 1, "WARN": 2}
@@ -26,20 +27,32 @@ def problems(report: dict[str, Any]) -> list[dict[str, Any]]:
 def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
     """``READY``, ``DEGRADED: NCCL_P2P_SLOW - ...`` or ``NOT READY: CODE (+N more) - summary``.
 
-    Plain ASCII, no newline, never longer than ``limit``; the code is never cut.
+    An interrupted run names the interruption first, whatever the checks found before it (a WARN seen
+    before Ctrl-C is not why the node is NOT READY), with how many checks did not run. A partial run
+    says how much of the suite it covered: ``READY: 1 of 45 checks selected``. Plain ASCII, no
+    newline, never longer than ``limit``; the code is never cut.
     """
     verdict = verdict_label(report)
+    note = selection_note(report)
     found = problems(report)
-    if found:
+    run = report.get("run", {})
+    if run.get("interrupted"):
+        code, extra = INTERRUPTED_CODE, len(found)
+        not_run = len(report.get("not_run") or [])
+        summary = str(run.get("interruption") or "the run was interrupted")
+        if not_run:  # the count first: a short line cuts the reason, never how much is missing
+            summary = f"{not_run} check{'s' if not_run != 1 else ''} did not run ({summary})"
+    elif found:
         worst = found[0]
         code = worst.get("code") or ERROR_CODE
         summary = str(worst.get("summary") or "")
         extra = len(found) - 1
-    elif report.get("run", {}).get("interrupted"):
-        code, summary, extra = INTERRUPTED_CODE, str(report["run"].get("interruption") or ""), 0
     else:
-        return _ascii(verdict)[:limit]
-    head = f"{verdict}: {code}" + (f" (+{extra} more)" if extra else "")
+        return _ascii(f"{verdict}: {note}" if note else verdict)[:limit]
+    counts = [f"+{extra} more"] if extra else []
+    if note:
+        counts.append(note)
+    head = f"{verdict}: {code}" + (f" ({', '.join(counts)})" if counts else "")
     return _ascii(_fit(head, summary, limit))
 
 
