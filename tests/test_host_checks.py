@@ -30,7 +30,8 @@ def run_checks(tmp_path: Path, *options: str, fake: str | None = None) -> dict[s
     plugins: list[str] = []
     if fake:
         env["PREFLIGHT_FAKE_HOST"] = fake
-        plugins = ["-p", "tests.fakes.fake_host"]
+        # both fake machines are 8 x H100 SXM: the node model (ranks per GPU) sees them through the fake NVML
+        plugins = ["-p", "tests.fakes.fake_host", "-p", "tests.fakes.nvml_plugin", "--fake-nvml=8x-h100-sxm"]
     out = tmp_path / "reports"
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins, *CHECKS,
