@@ -169,11 +169,11 @@ def test_arch_skips_on_cpu_torch() -> None:
 
 # --- toolkit presence ------------------------------------------------------------------------
 
-def test_toolkit_missing_warns_then_fails_for_deepspeed(tmp_path: Path) -> None:
+def test_toolkit_missing_skips_for_plain_ddp_then_fails_for_deepspeed(tmp_path: Path) -> None:
     facts = _facts(tmp_path)
-    warned = _status(judge_toolkit(facts), Status.WARN, "CUDA_TOOLKIT_MISSING")
-    _names(warned, "12.4")
-    assert warned.remediation is not None and "cuda-toolkit-12-4" in warned.remediation
+    _names(_status(judge_toolkit(facts), Status.SKIP), "12.4", "not needed here", "--with deepspeed")
+    failed = _status(judge_toolkit(facts, ("deepspeed",)), Status.FAIL, "CUDA_TOOLKIT_MISSING")
+    assert failed.remediation is not None and "cuda-toolkit-12-4" in failed.remediation
     _status(judge_toolkit(facts, ("deepspeed",)), Status.FAIL, "CUDA_TOOLKIT_MISSING")
     _status(judge_toolkit(_with_deepspeed(facts)), Status.FAIL, "CUDA_TOOLKIT_MISSING")
 
@@ -192,7 +192,8 @@ def test_toolkit_without_headers_points_at_installed_tree(tmp_path: Path) -> Non
         path_env(tmp_path / "wrapper" / "bin"), torch_module=fake_torch("2.4.1+cu124", "12.4"),
         toolkit_glob=str(tmp_path / "cuda-*"), default_cuda_home=NOWHERE,
     )
-    verdict = _status(judge_toolkit(facts), Status.WARN, "CUDA_HOME_WITHOUT_HEADERS")
+    _status(judge_toolkit(facts), Status.SKIP)
+    verdict = _status(judge_toolkit(facts, ("deepspeed",)), Status.FAIL, "CUDA_HOME_WITHOUT_HEADERS")
     _names(verdict, str(tmp_path / "wrapper"), "12.4")
     assert verdict.remediation == f"export CUDA_HOME={tmp_path / 'cuda-12.4'}   # CUDA 12.4 (V12.4.131) at {tmp_path / 'cuda-12.4' / 'bin' / 'nvcc'}, already installed"
 
@@ -201,7 +202,8 @@ def test_toolkit_home_without_nvcc_and_broken_nvcc(tmp_path: Path) -> None:
     empty = tmp_path / "empty-cuda"
     empty.mkdir()
     facts = _facts(tmp_path, CUDA_HOME=str(empty))
-    _names(_status(judge_toolkit(facts), Status.WARN, "CUDA_HOME_WITHOUT_NVCC"), str(empty), "12.4")
+    _names(_status(judge_toolkit(facts), Status.SKIP), str(empty), "12.4", "not needed here")
+    _status(judge_toolkit(facts, ("deepspeed",)), Status.FAIL, "CUDA_HOME_WITHOUT_NVCC")
     broken = tmp_path / "broken"
     write_executable(broken / "bin" / "nvcc", "echo 'error while loading shared libraries' >&2\nexit 127\n")
     facts = _facts(tmp_path / "b", CUDA_HOME=str(broken))
@@ -209,8 +211,9 @@ def test_toolkit_home_without_nvcc_and_broken_nvcc(tmp_path: Path) -> None:
     assert "shared libraries" in verdict.evidence["nvcc --version"]
 
 
-def test_toolkit_major_mismatch_warns(tmp_path: Path) -> None:
-    verdict = _status(judge_toolkit(_facts(tmp_path, home="13.0")), Status.WARN, "TOOLKIT_MAJOR_MISMATCH")
+def test_toolkit_major_mismatch_counts_only_for_deepspeed(tmp_path: Path) -> None:
+    _status(judge_toolkit(_facts(tmp_path, home="13.0")), Status.SKIP)
+    verdict = _status(judge_toolkit(_facts(tmp_path, home="13.0"), ("deepspeed",)), Status.FAIL, "TOOLKIT_MAJOR_MISMATCH")
     _names(verdict, "13.0", "12.4")
 
 
@@ -354,6 +357,6 @@ def test_major_mismatch_reported_before_missing_headers(tmp_path: Path) -> None:
         path_env(root / "bin"), torch_module=fake_torch("2.9.0+cu128", "12.8"),
         toolkit_glob=str(tmp_path / "cuda-*"), default_cuda_home=NOWHERE,
     )
-    verdict = _status(judge_toolkit(facts), Status.WARN, "TOOLKIT_MAJOR_MISMATCH")
+    verdict = _status(judge_toolkit(facts, ("deepspeed",)), Status.FAIL, "TOOLKIT_MAJOR_MISMATCH")
     _names(verdict, "13.0", "12.8", "cuda_runtime_api.h is missing too")
     assert verdict.remediation is not None and verdict.remediation.startswith(f"export CUDA_HOME={tmp_path / 'cuda-12.8'}")

@@ -1,6 +1,7 @@
 """Can a JIT build (DeepSpeed ops, torch C++/CUDA extensions) work with the toolkit on this node?
 
-Plain DDP and FSDP need no toolkit; DeepSpeed compiles its ops on first use with the toolkit at
+Plain DDP and FSDP need no toolkit (its findings are then a SKIP saying what was found, never a WARN
+that would make a healthy node DEGRADED); DeepSpeed compiles its ops on first use with the toolkit at
 ``torch.utils.cpp_extension.CUDA_HOME`` and refuses a toolkit whose release does not match
 ``torch.version.cuda`` under its own rule (``op_builder/builder.py``, ``assert_no_cuda_mismatch``):
 same ``major.minor`` passes; otherwise both releases must be listed in
@@ -15,6 +16,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from typing import Any
 
 from preflight.judge.cuda_tables import DEEPSPEED_SNAPSHOT_SOURCE, DEEPSPEED_SNAPSHOT_TABLE
 from preflight.outcome import Metric, Verdict, error, fail, passed, skip, warn
@@ -82,7 +84,7 @@ def _install_hint(facts: ToolkitFacts, release: str, accept: tuple[int, int] | N
 
 
 def judge_toolkit(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
-    """Is there a toolkit a JIT build can use? Missing: WARN, or FAIL when DeepSpeed is expected."""
+    """Is there a toolkit a JIT build can use? Missing or unusable: FAIL when DeepSpeed is expected, else SKIP."""
     torch, home = facts.torch, facts.cuda_home
     found = "; ".join(probe.describe() for probe in facts.nvcc_on_path + facts.other_toolkits) or "no nvcc found"
     headers = "" if home.has_headers or not home.path else ", which has no include/cuda_runtime_api.h"
@@ -97,20 +99,26 @@ def judge_toolkit(facts: ToolkitFacts, with_: tuple[str, ...] = ()) -> Verdict:
             f"toolkit on this node: {found}; {resolved}"
         )
     ds = deepspeed_expected(facts, with_)
-    verdict, why = (
-        (fail, "DeepSpeed compiles its ops with it") if ds else (warn, "plain DDP/FSDP need none; DeepSpeed JIT ops do")
-    )
+
+    def verdict(code: str, summary: str, remediation: str, **extra: Any) -> Verdict:
+        """A FAIL when DeepSpeed will JIT-build its ops; else a SKIP saying what was found (plain DDP/FSDP
+        need no toolkit, so it must not make a healthy node DEGRADED)."""
+        if ds:
+            return fail(code, f"{summary} (DeepSpeed compiles its ops with it)", remediation, **extra)
+        return skip(f"{summary} - not needed here: plain DDP/FSDP need no toolkit (--with deepspeed makes it count)",
+                    **extra)
+
     evidence = {"nvcc --version": home.nvcc.output} if home.nvcc and home.nvcc.output else {}
     if home.path is None:
         return verdict(
             "CUDA_TOOLKIT_MISSING",
-            f"no CUDA toolkit for torch's CUDA {torch.cuda}: {home.source} ({why})",
+            f"no CUDA toolkit for torch's CUDA {torch.cuda}: {home.source}",
             _install_hint(facts, torch.cuda or "", torch.cuda_release),
         )
     if home.nvcc is None:
         return verdict(
             "CUDA_HOME_WITHOUT_NVCC",
-            f"CUDA_HOME={home.path} ({home.source}) has no bin/nvcc; torch is built with CUDA {torch.cuda} ({why})",
+            f"CUDA_HOME={home.path} ({home.source}) has no bin/nvcc; torch is built with CUDA {torch.cuda}",
             _install_hint(facts, torch.cuda or "", torch.cuda_release),
         )
     if home.nvcc.version is None:
