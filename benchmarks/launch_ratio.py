@@ -67,6 +67,8 @@ def main() -> None:
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.nproc:
         extra = ["--nproc", str(args.nproc), *extra]
+    if not _has_gpu():
+        extra = ["--cpu", *extra]  # no GPU here: the CPU rehearsal the bare launch is compared with
     rows: dict[str, list[tuple[float, float, int, str]]] = {"bare": [], "quick": [], "full": []}
     for round_ in range(args.runs):
         rows["bare"].append(bare(args.nproc))

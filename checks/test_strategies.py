@@ -14,6 +14,8 @@ from preflight.probe.deepspeed_ops import OpBuild
 from preflight.recording import Recorder
 
 
+@pytest.mark.distributed
+@pytest.mark.rehearsal("deepspeed_ops")  # ordered after the sweep and FSDP: waiting for the build holds the run
 def test_deepspeed_ops(record: Recorder, zero_selection: str | None, deepspeed_ops: Callable[[], OpBuild]) -> None:
     """DeepSpeed builds the ops the ZeRO rehearsal loads (beside the launch, in preflight's own cache)"""
     record(skip(zero_selection) if zero_selection else judge_op_build(deepspeed_ops()))

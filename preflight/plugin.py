@@ -112,7 +112,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Cheap probes first, launches last: a node whose GPUs are missing says so in seconds.
-    items.sort(key=lambda item: item.get_closest_marker("distributed") is not None)
+    # Distributed checks in the launch's phase order (each waits for its phase on pytest's one thread).
+    from preflight.fixtures.rehearsal import launch_order
+
+    items.sort(key=lambda item: (item.get_closest_marker("distributed") is not None, launch_order(item)))
     if config.getoption("preflight_slow"):
         return
     for item in items:

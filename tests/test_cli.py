@@ -31,7 +31,7 @@ def test_a_healthy_cpu_node_is_ready_and_writes_every_report(tmp_path):
     started = time.monotonic()
     # DDP and FSDP2 only: with DeepSpeed installed (the test extras) the default adds ZeRO-1/2/3 and the
     # build of their ops, which tests/test_strategies_checks.py covers
-    result = preflight("--report-dir", str(out), "--strategy", "ddp,fsdp")
+    result = preflight("--cpu", "--report-dir", str(out), "--strategy", "ddp,fsdp")
     assert result.returncode == 0, result.stdout + result.stderr
     last = result.stdout.strip().splitlines()[-1]
     assert last.startswith(("READY", "DEGRADED")) and str(out / "preflight.json") in last
@@ -46,7 +46,7 @@ def test_a_healthy_cpu_node_is_ready_and_writes_every_report(tmp_path):
 
 
 def test_reports_default_to_reports_in_the_current_directory(tmp_path):
-    result = preflight("-k", "ddp", cwd=tmp_path)
+    result = preflight("--cpu", "-k", "ddp", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "reports" / "preflight.json").exists()
 
@@ -81,7 +81,7 @@ def test_help_lists_every_option():
 def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing_behind(tmp_path):
     out = tmp_path / "reports"
     started = time.monotonic()
-    result = preflight("--report-dir", str(out), "--launch-timeout", "30", "-k", "ddp", "--", "-p",
+    result = preflight("--cpu", "--report-dir", str(out), "--launch-timeout", "30", "-k", "ddp", "--", "-p",
                        "tests.fakes.faulty_ddp", env={"PREFLIGHT_TEST_FAULT": "hang:1"})
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stdout + result.stderr
@@ -100,7 +100,7 @@ def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing
 
 
 def test_a_crashed_rank_is_named_in_the_terminal_summary(tmp_path):
-    result = preflight("--report-dir", str(tmp_path), "-k", "ddp", "--", "-p", "tests.fakes.faulty_ddp",
+    result = preflight("--cpu", "--report-dir", str(tmp_path), "-k", "ddp", "--", "-p", "tests.fakes.faulty_ddp",
                        env={"PREFLIGHT_TEST_FAULT": "crash:1"})
     assert result.returncode == 1
     assert "DDP_RANK_CRASHED" in result.stdout and "rank 1 failed first" in result.stdout

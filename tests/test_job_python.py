@@ -38,7 +38,7 @@ def test_the_jobs_interpreter_runs_the_launch_and_is_the_one_judged(tmp_path: Pa
     out = tmp_path / "reports"
     env = {k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_")}
     env["PYTHONPATH"] = str(REPO_ROOT)
-    result = subprocess.run([sys.executable, "-m", "preflight", "--report-dir", str(out), "--python", str(job_python),
+    result = subprocess.run([sys.executable, "-m", "preflight", "--cpu", "--report-dir", str(out), "--python", str(job_python),
                              "-k", "ddp or fsdp", "--strategy", "ddp,fsdp"], capture_output=True, text=True, env=env,
                             timeout=300)
     assert result.returncode in (0, 1), result.stdout[-2000:] + result.stderr[-2000:]

@@ -25,7 +25,7 @@ def run_checks(tmp_path: Path, *args: str, env: dict[str, str] | None = None, fa
     full_env = {k: v for k, v in os.environ.items() if not k.startswith(("NCCL_", "PREFLIGHT_TEST_"))}
     full_env.update(env or {})
     full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
-    plugin = ["-p", "tests.fakes.fake_p2p"] if fake else []
+    plugin = ["-p", "tests.fakes.fake_p2p"] if fake else ["--preflight-cpu"]  # the real gloo sweep: a CPU rehearsal
     command = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", CHECKS, *plugin,
                "--preflight-report-dir", str(tmp_path), *args]
     result = subprocess.run(command, capture_output=True, text=True, env=full_env, cwd=REPO_ROOT, timeout=240)

@@ -33,7 +33,7 @@ def _env(run: str, extra: dict[str, str] | None = None) -> dict[str, str]:
 
 
 def _start(run: str, args: list[str], extra: dict[str, str] | None = None) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "preflight", *args], stdout=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "preflight", "--cpu", *args], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, env=_env(run, extra))
 
 
@@ -103,7 +103,7 @@ def test_a_second_run_into_a_directory_in_use_is_refused_in_one_line(tmp_path: P
     first = _start("two-runs-a", ["--report-dir", str(out), *HANG], {"PREFLIGHT_TEST_FAULT": "hang:1"})
     try:
         _wait(lambda: (out / ".preflight.lock").exists() and _rank_in_phase(out, "ddp"), 180, "the first run")
-        second = subprocess.run([sys.executable, "-m", "preflight", "--report-dir", str(out), "-k", "ddp"],
+        second = subprocess.run([sys.executable, "-m", "preflight", "--cpu", "--report-dir", str(out), "-k", "ddp"],
                                 capture_output=True, text=True, env=_env("two-runs-b"), timeout=120)
         assert second.returncode == 2, second.stdout + second.stderr
         lines = [line for line in second.stderr.splitlines() if line.strip()]
@@ -121,7 +121,7 @@ def test_a_second_run_into_a_directory_in_use_is_refused_in_one_line(tmp_path: P
 
 def test_a_tight_timeout_is_a_run_deadline_never_a_hang_of_the_node(tmp_path: Path) -> None:
     out = tmp_path / "reports"
-    result = subprocess.run([sys.executable, "-m", "preflight", "--report-dir", str(out), "--timeout", "14",
+    result = subprocess.run([sys.executable, "-m", "preflight", "--cpu", "--report-dir", str(out), "--timeout", "14",
                              "-k", "ddp or allreduce", "--", "-p", "tests.fakes.faulty_ddp"], capture_output=True,
                             text=True, env=_env("tight", {"PREFLIGHT_TEST_FAULT": "hang:1"}), timeout=120)
     report = json.loads((out / "preflight.json").read_text())

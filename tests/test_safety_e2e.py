@@ -72,9 +72,9 @@ def _processes_of(run: str, command_part: str = "") -> list[psutil.Process]:
 # GPU checks against a fake NVML whose GPU name carries markup, and a DDP phase whose ranks print and
 # raise planted secrets (rank logs, error files, torchrun's log); all with the planted checks.
 RUNS: dict[str, tuple[list[str], dict[str, str], list[str]]] = {
-    "cpu-ddp": (["-k", "planted or ddp"], {}, []),
+    "cpu-ddp": (["--cpu", "-k", "planted or ddp"], {}, []),
     "fake-gpu": (["-m", "not distributed"], {"PREFLIGHT_TEST_HOSTILE_GPU": "1"}, []),
-    "rank-leak": (["-k", "planted or ddp"], {}, ["-p", "tests.fakes.planted_phase"]),
+    "rank-leak": (["--cpu", "-k", "planted or ddp"], {}, ["-p", "tests.fakes.planted_phase"]),
 }
 
 
@@ -350,7 +350,7 @@ def test_interrupted_run_leaves_a_valid_partial_report(tmp_path: Path, point: st
     if point == "launch":
         env["PREFLIGHT_TEST_FAULT"] = "hang:1"
         extra = ["--launch-timeout", "120", "--", "-p", "tests.fakes.faulty_ddp", *HOSTILE]
-    proc = subprocess.Popen([sys.executable, "-m", "preflight", "--report-dir", str(out), "-k", selection, *extra],
+    proc = subprocess.Popen([sys.executable, "-m", "preflight", "--cpu", "--report-dir", str(out), "-k", selection, *extra],
                             env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
                             start_new_session=True)
     try:

@@ -40,7 +40,7 @@ def run_checks(tmp_path: Path, *options: str, plugins: tuple[str, ...] = (), env
     out = tmp_path / "reports"
     loads = [arg for plugin in plugins for arg in ("-p", plugin)]
     result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *loads, *CHECKS, "-rs",
-                             f"--preflight-report-dir={out}", *options], capture_output=True, text=True,
+                             f"--preflight-report-dir={out}", "--preflight-cpu", *options], capture_output=True, text=True,
                             env=full_env, cwd=tmp_path, timeout=2500)
     assert (out / "preflight.json").exists(), result.stdout + result.stderr
     report = json.loads((out / "preflight.json").read_text())
@@ -106,7 +106,7 @@ def test_preflight_strategy_zero2_on_the_command_line(tmp_path):
     if checks_dir() != (REPO_ROOT / "checks").resolve():
         pytest.skip(f"the installed preflight.checks is another checkout ({checks_dir()})")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, "-m", "preflight", "--strategy", "zero2", "-k", "strateg or deepspeed_ops",
+    result = subprocess.run([sys.executable, "-m", "preflight", "--cpu", "--strategy", "zero2", "-k", "strateg or deepspeed_ops",
                              "--op-build-timeout", "1500", "--timeout", "2400", "--report-dir", str(tmp_path / "r")],
                             capture_output=True, text=True, env=env, cwd=tmp_path, timeout=2500)
     assert result.returncode == 0, result.stdout + result.stderr
