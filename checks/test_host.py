@@ -7,12 +7,14 @@ from collections.abc import Mapping
 from preflight.fixtures.host import ranks_note
 from preflight.judge.host import judge_checkpoint_disk, judge_cpu_memory, judge_memlock, judge_shm
 from preflight.judge.host_session import (
+    default_port_user,
     judge_environment,
     judge_leftover_processes,
     judge_pcie_evidence,
     judge_rendezvous_port,
     judge_session,
 )
+from preflight.parse.launch_command import LaunchCommand
 from preflight.probe.gpu_memory import GpuMemorySource
 from preflight.probe.host import ContainerFacts, CpuMemoryFacts, DiskFacts, MemlockFacts, ShmFacts
 from preflight.probe.host_pcie import PcieFacts
@@ -47,9 +49,15 @@ def test_no_leftover_training_processes(record: Recorder, leftover_processes: li
     record(judge_leftover_processes(leftover_processes))
 
 
-def test_rendezvous_port_free(record: Recorder, rendezvous_port_facts: PortFacts) -> None:
-    """The default rendezvous port 29500 is free"""
-    record(judge_rendezvous_port(rendezvous_port_facts))
+def test_rendezvous_port_free(
+    record: Recorder,
+    rendezvous_port_facts: PortFacts,
+    host_env: Mapping[str, str],
+    launch_command: LaunchCommand | None,
+) -> None:
+    """The default rendezvous port 29500 is free (or the job does not use it)"""
+    user = default_port_user(rendezvous_port_facts.port, host_env, launch_command)
+    record(judge_rendezvous_port(rendezvous_port_facts, user))
 
 
 def test_environment_hygiene(

@@ -218,6 +218,10 @@ def run(argv: list[str]) -> int:
     return int(report["run"]["exit_code"])
 
 
+EXIT_BROKEN_PIPE = 128 + 13
+"""What a shell reports for a command SIGPIPE ended (``preflight topology | head``)."""
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
     argv = list(sys.argv[1:] if argv is None else argv)
@@ -225,11 +229,28 @@ def main(argv: list[str] | None = None) -> int:
         commands = subcommands()
         if argv and argv[0] in commands:
             module = importlib.import_module(commands[argv[0]])
-            return int(module.main(argv[1:]))
-        return run(argv)
+            code = int(module.main(argv[1:]))
+        else:
+            code = run(argv)
+        sys.stdout.flush()  # inside the try: a reader that left shows up here, not at interpreter exit
+        return code
+    except BrokenPipeError:
+        return _reader_left()
     except UsageError as exc:
         print(f"preflight: error: {' '.join(str(exc).split())}", file=sys.stderr)  # one line, whatever it quotes
         return EXIT_USAGE
     except KeyboardInterrupt:
         print("preflight: interrupted", file=sys.stderr)
         return 1
+
+
+def _reader_left() -> int:
+    """The reader of stdout went away (``| head``): stop quietly, as a command SIGPIPE ends does.
+    stdout now points at /dev/null so that Python's flush at exit does not report the pipe again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):
+        pass
+    return EXIT_BROKEN_PIPE

@@ -11,6 +11,7 @@ from preflight.judge.host import (
     judge_shm,
 )
 from preflight.judge.host_session import (
+    default_port_user,
     env_findings,
     judge_environment,
     judge_leftover_processes,
@@ -20,6 +21,7 @@ from preflight.judge.host_session import (
     pcie_evidence,
 )
 from preflight.outcome import Status
+from preflight.parse.launch_command import parse_launch_command
 from preflight.parse.lspci_acs import AcsControl, AcsReport
 from preflight.probe.host import ContainerFacts, CpuMemoryFacts, DiskFacts, MemlockFacts, ShmFacts
 from preflight.probe.host_pcie import PcieFacts
@@ -221,11 +223,42 @@ def test_leftovers_warn_with_pids() -> None:
 def test_port_states() -> None:
     assert judge_rendezvous_port(PortFacts(29500, "free")).status is Status.PASS
     assert judge_rendezvous_port(PortFacts(29500, "unknown", evidence="unreadable")).status is Status.SKIP
-    taken = judge_rendezvous_port(PortFacts(29500, "listening", (4242,), "0: 00000000:733C ..."))
+    taken = judge_rendezvous_port(PortFacts(29500, "listening", (4242,), "0: 00000000:733C ..."), "MASTER_PORT=29500 is set")
     assert (taken.status, taken.code) == (Status.WARN, "RENDEZVOUS_PORT_IN_USE")
-    assert "pid 4242" in taken.summary and taken.remediation and "--standalone" in taken.remediation
-    hidden = judge_rendezvous_port(PortFacts(29500, "listening", (), "x"))
+    assert "pid 4242" in taken.summary and "MASTER_PORT=29500" in taken.summary
+    assert taken.remediation and "--standalone" in taken.remediation
+    hidden = judge_rendezvous_port(PortFacts(29500, "listening", (), "x"), "x")
     assert "run as root" in hidden.summary
+
+
+def test_taken_port_is_a_note_for_a_standalone_job() -> None:
+    verdict = judge_rendezvous_port(PortFacts(29500, "listening", (4242,), "x"), None)
+    assert verdict.status is Status.PASS and verdict.code is None
+    assert "--standalone picks a free port" in verdict.summary
+    assert verdict.remediation and "DeepSpeed" in verdict.remediation
+
+
+@pytest.mark.parametrize(
+    ("env", "launch", "uses"),
+    [
+        ({}, None, False),  # the job preflight is for: torchrun --standalone
+        ({"MASTER_PORT": "29500"}, None, True),
+        ({"MASTER_PORT": "29501"}, None, False),
+        ({}, "torchrun --standalone --nproc-per-node=gpu train.py", False),
+        ({"MASTER_PORT": "29500"}, "torchrun --standalone --nproc-per-node=gpu train.py", False),
+        ({}, "torchrun --nproc-per-node=8 train.py", True),
+        ({}, "torchrun --nproc-per-node=8 --master-port=29600 train.py", False),
+        ({}, "torchrun --nproc-per-node=8 --master_port 29500 train.py", True),
+        ({}, "torchrun --nnodes=1 --rdzv-backend=c10d --rdzv-endpoint=localhost:29500 train.py", True),
+        ({}, "torchrun --nnodes=1 --rdzv-backend=c10d --rdzv-endpoint=localhost:0 train.py", False),
+        ({}, "deepspeed train.py --deepspeed_config ds.json", True),
+        ({}, "deepspeed --master_port 29700 train.py", False),
+        ({}, "MASTER_PORT=29500 python train.py", True),
+    ],
+)
+def test_who_uses_the_default_port(env: dict[str, str], launch: str | None, uses: bool) -> None:
+    user = default_port_user(29500, env, parse_launch_command(launch) if launch else None)
+    assert (user is not None) is uses, user
 
 
 # --- environment -------------------------------------------------------------------------------

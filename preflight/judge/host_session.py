@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from preflight.judge.job_environment import EVIDENCE_NAMES, JobEnvFinding, job_environment_findings
 from preflight.outcome import Metric, Verdict, passed, skip, warn
+from preflight.parse.launch_command import LaunchCommand
 from preflight.probe.host_pcie import PcieFacts
 from preflight.probe.host_processes import PREFLIGHT_RUN, PortFacts, TrainingProcess
 from preflight.probe.host_session import SessionFacts
@@ -81,16 +82,54 @@ def judge_leftover_processes(found: Sequence[TrainingProcess]) -> Verdict:
     )
 
 
-def judge_rendezvous_port(port: PortFacts) -> Verdict:
-    """WARN when something listens on the default rendezvous port."""
+def default_port_user(port: int, env: Mapping[str, str], launch: LaunchCommand | None) -> str | None:
+    """What in the job rendezvous on ``port``, in words; None when the job picks a free port itself.
+
+    ``torchrun --standalone`` (the job preflight is for, and the assumption without ``--launch``)
+    binds a free port; a rendezvous on the default port comes from torchrun without ``--standalone``
+    (``--master-port``, default 29500), DeepSpeed's runner (``--master_port``, default 29500), an
+    ``--rdzv-endpoint`` naming the port, or ``MASTER_PORT`` set for an ``env://`` rendezvous.
+    """
+    job_env = {**env, **(launch.env if launch else {})}
+    if launch is None or launch.launcher == "python":
+        if job_env.get("MASTER_PORT", "").strip() == str(port):
+            return f"MASTER_PORT={port} is set in the job's environment"
+        return None
+    if launch.launcher == "torchrun":
+        if launch.option("standalone"):
+            return None
+        endpoint = launch.option("rdzv-endpoint")
+        if isinstance(endpoint, str) and endpoint:
+            return f"--rdzv-endpoint {endpoint} names it" if endpoint.rpartition(":")[2] == str(port) else None
+        chosen = launch.option("master-port")
+        if isinstance(chosen, str):
+            return f"--master-port {port} names it" if chosen.strip() == str(port) else None
+        return "torchrun without --standalone rendezvous on --master-port, 29500 by default"
+    chosen = launch.option("master_port")
+    if isinstance(chosen, str):
+        return f"--master_port {port} names it" if chosen.strip() == str(port) else None
+    return "the deepspeed runner rendezvous on --master_port, 29500 by default"
+
+
+def judge_rendezvous_port(port: PortFacts, user: str | None = None) -> Verdict:
+    """WARN when something listens on the port the job's rendezvous uses (``user``, from
+    :func:`default_port_user`); a taken port the job does not use is a PASS with a note."""
     if port.state == "free":
         return passed(f"nothing listens on the default rendezvous port {port.port}")
     if port.state == "unknown":
         return skip(f"cannot tell who listens on port {port.port}: {port.evidence}")
     owner = f" (pid {', '.join(map(str, port.pids))})" if port.pids else " (owner hidden: run as root to see it)"
+    if user is None:
+        return passed(
+            f"port {port.port} is taken{owner}, but torchrun --standalone picks a free port for its rendezvous",
+            remediation=f"Only a launch on the default port would fail ('address already in use'): DeepSpeed's "
+            f"runner, accelerate, torchrun without --standalone or MASTER_PORT={port}; pass --launch to have it "
+            f"judged. The owner: `ss -ltnp 'sport = :{port.port}'`.",
+            evidence={"listener": port.evidence},
+        )
     return warn(
         "RENDEZVOUS_PORT_IN_USE",
-        f"port {port.port}, the default MASTER_PORT of torchrun, DeepSpeed and accelerate, is taken{owner}",
+        f"port {port.port}, where the job's rendezvous listens ({user}), is taken{owner}",
         f"Find the owner with `ss -ltnp 'sport = :{port.port}'` and stop it if stale, or launch with "
         "`torchrun --standalone` (picks a free port) or `--master-port <free port>`; otherwise the job fails "
         "with 'address already in use'.",

@@ -22,8 +22,15 @@ FAMILY_MEANING = {
 }
 
 _WARN_HINTS: tuple[tuple[str, str], ...] = (
-    ("out of memory", "the GPU ran out of memory while NCCL allocated its buffers; free GPU memory before "
-                      "creating the communicator (or set NCCL_P2P_DISABLE=1, which needs no P2P buffers)"),
+    # NCCL's env docs: NCCL_BUFFSIZE (4 MiB by default) is allocated per channel and peer; NCCL_MAX_NCHANNELS
+    # caps the channels; NVLS (NVLink SHARP) keeps buffers of its own. Disabling P2P saves little memory and
+    # costs most of the bandwidth (traffic then goes through host shared memory), so it is not offered.
+    ("out of memory", "the GPU ran out of memory while NCCL allocated its buffers; leave headroom for NCCL "
+                      "(create the process group and run a first collective before the model fills the GPU, "
+                      "lower the batch, PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True against fragmentation) "
+                      "or shrink NCCL's share: NCCL_BUFFSIZE=2097152 (half the default), fewer channels "
+                      "(NCCL_MAX_NCHANNELS=8), NCCL_NVLS_ENABLE=0 on NVSwitch nodes; do not disable P2P, it "
+                      "saves little memory and costs most of the bandwidth"),
     ("illegal memory access", "a CUDA kernel touched invalid memory; every later NCCL error follows from it "
                               "(a kernel bug, or an NCCL bug fixed in a newer release)"),
     ("unspecified launch failure", "a GPU kernel crashed (device-side assert/trap or an Xid); the teardown "
