@@ -128,10 +128,10 @@ class _Module:
 
     def imported_from(self, name: str) -> Path | None:
         for node in self.tree.body:
-            if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("preflight"):
-                if any((alias.asname or alias.name) == name for alias in node.names):
-                    base = self.root / Path(*node.module.split("."))
-                    return base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+            if (isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("preflight")
+                    and any((alias.asname or alias.name) == name for alias in node.names)):
+                base = self.root / Path(*node.module.split("."))
+                return base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
         return None
 
 
