@@ -9,14 +9,15 @@ from preflight.judge.toolkit import (
     jit_build_skip_reason,
     judge_build_tools,
     judge_cuda_home_vs_path,
+    judge_deepspeed_accelerator,
     judge_deepspeed_cuda,
     judge_jit_build,
     judge_toolkit,
 )
 from preflight.outcome import skip
 from preflight.probe.cuda_node import CudaNode
+from preflight.probe.deepspeed_ops import fresh_jit_build
 from preflight.probe.nvml_snapshot import GpuInfo
-from preflight.probe.jit_build import run_jit_build
 from preflight.probe.toolkit import ToolkitFacts
 from preflight.recording import Recorder
 from preflight.settings import Settings
@@ -44,10 +45,10 @@ def test_gpu_arch_in_torch(record: Recorder, toolkit_facts: ToolkitFacts, cuda_n
 
 
 def test_cuda_toolkit_for_jit_builds(
-    record: Recorder, toolkit_facts: ToolkitFacts, frameworks: tuple[str, ...]
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
 ) -> None:
     """A CUDA toolkit a JIT build (DeepSpeed ops, C++/CUDA extensions) can use"""
-    record(judge_toolkit(toolkit_facts, frameworks))
+    record(judge_toolkit(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
 def test_cuda_home_matches_path(record: Recorder, toolkit_facts: ToolkitFacts) -> None:
@@ -55,22 +56,33 @@ def test_cuda_home_matches_path(record: Recorder, toolkit_facts: ToolkitFacts) -
     record(judge_cuda_home_vs_path(toolkit_facts))
 
 
-def test_deepspeed_accepts_toolkit(record: Recorder, toolkit_facts: ToolkitFacts, frameworks: tuple[str, ...]) -> None:
-    """DeepSpeed's op builder accepts the toolkit for torch's CUDA"""
-    record(judge_deepspeed_cuda(toolkit_facts, frameworks))
+def test_deepspeed_accepts_toolkit(
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+) -> None:
+    """DeepSpeed's op builder accepts the toolkit for torch's CUDA (on the path it takes: JIT or pre-built)"""
+    record(judge_deepspeed_cuda(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
-def test_jit_build_tools(record: Recorder, toolkit_facts: ToolkitFacts, frameworks: tuple[str, ...]) -> None:
+def test_deepspeed_accelerator(
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+) -> None:
+    """DeepSpeed picks the accelerator the node has (DS_ACCELERATOR does not override it)"""
+    record(judge_deepspeed_accelerator(toolkit_facts, cuda_node.gpu_count, frameworks))
+
+
+def test_jit_build_tools(
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+) -> None:
     """ninja and a C++ compiler for JIT-built ops"""
-    record(judge_build_tools(toolkit_facts, frameworks))
+    record(judge_build_tools(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
 @pytest.mark.slow
 def test_deepspeed_jit_build(record: Recorder, toolkit_facts: ToolkitFacts, settings: Settings) -> None:
-    """DeepSpeed JIT-builds one CUDA op (fused_adam) with this node's toolkit"""
+    """DeepSpeed JIT-builds its fused Adam from scratch with this node's compilers (nvcc on its CUDA accelerator)"""
     reason = jit_build_skip_reason(toolkit_facts)
     if reason is not None:
         record(skip(reason))
         return
     deadline = min(float(settings.option("jit_build_timeout") or 600.0), max(1.0, settings.remaining_s() - 5.0))
-    record(judge_jit_build(toolkit_facts, run_jit_build(timeout_s=deadline)))
+    record(judge_jit_build(toolkit_facts, fresh_jit_build(timeout_s=deadline)))

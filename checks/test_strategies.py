@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
+from preflight.judge.op_build import judge_op_build
 from preflight.judge.strategies import judge_strategy
 from preflight.launch.outcome import PhaseResult
+from preflight.outcome import skip
+from preflight.probe.deepspeed_ops import OpBuild
 from preflight.recording import Recorder
+
+
+def test_deepspeed_ops(record: Recorder, zero_selection: str | None, deepspeed_ops: Callable[[], OpBuild]) -> None:
+    """DeepSpeed builds the ops the ZeRO rehearsal loads (beside the launch, in preflight's own cache)"""
+    record(skip(zero_selection) if zero_selection else judge_op_build(deepspeed_ops()))
 
 
 @pytest.mark.distributed

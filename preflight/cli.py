@@ -9,6 +9,7 @@ Exit codes: 0 ready or degraded, 1 not ready (or degraded with --strict), 2 coul
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import importlib.metadata
 import json
@@ -110,12 +111,31 @@ def pytest_argv(args: argparse.Namespace, extra: list[str]) -> list[str]:
 
 def _check_report_dir(path: Path) -> None:
     try:
-        path.mkdir(parents=True, exist_ok=True)
+        path.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new report directory is the user's alone
         probe = path / ".preflight-write-test"
         probe.write_text("")
         probe.unlink()
     except OSError as exc:
         raise UsageError(f"cannot write reports to {path}: {exc.strerror or exc}") from None
+
+
+def _check_junit_path(path: Path) -> None:
+    """pytest writes the JUnit file at the very end: a path that cannot take it is a usage error now, not a
+    traceback after every check has run. An existing file is left as it is (the run replaces it)."""
+    try:
+        if path.is_dir():
+            raise IsADirectoryError(errno.EISDIR, "Is a directory")
+        existing = next(p for p in path.parents if p.exists())
+        if not existing.is_dir():
+            raise NotADirectoryError(errno.ENOTDIR, f"{existing} is not a directory")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        existed = path.exists()
+        with open(path, "a", encoding="utf-8"):
+            pass
+        if not existed:
+            path.unlink()
+    except OSError as exc:
+        raise UsageError(f"cannot write the JUnit XML to {path}: {exc.strerror or exc}") from None
 
 
 def _run_pytest(argv: list[str], plugins: list[object] | None = None) -> tuple[int, str]:
@@ -161,6 +181,8 @@ def run(argv: list[str]) -> int:
     args = build_parser(convert=False).parse_args(head)
     report_dir = Path(args.report_dir or "reports").resolve()
     _check_report_dir(report_dir)
+    if args.junitxml:
+        _check_junit_path(Path(args.junitxml).resolve())
     stale = report_dir / "preflight.json"
     code, errors = _run_pytest(pytest_argv(args, extra))
     if code == pytest.ExitCode.USAGE_ERROR:

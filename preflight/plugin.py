@@ -103,11 +103,11 @@ def pytest_configure(config: pytest.Config) -> None:
     runs_checks = any(str(Path(a).resolve()).startswith(shipped) or a.startswith("preflight.checks")
                       for a in config.args)
     if explicit or runs_checks:
-        node_for(config)  # starts the job's torch probe now: it takes a torch import
         collector = ReportCollector(config, settings)
-        collector.open()
         config.stash[COLLECTOR_KEY] = collector
-        config.pluginmanager.register(collector, "preflight-report")
+        config.pluginmanager.register(collector, "preflight-report")  # before its first file: see open()
+        collector.open()
+        node_for(config)  # starts the job's torch probe now: it takes a torch import
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

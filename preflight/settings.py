@@ -25,8 +25,8 @@ CORE_OPTIONS: list[Option] = [
     Option(name="timeout", help="overall deadline for the whole run in seconds (default 300)", type=positive_float,
            default=300.0, metavar="SECONDS"),
     Option(name="launch-timeout", help="longest any distributed phase (a DDP step, the sweep, an FSDP or ZeRO step) "
-           "may run before it is called hung, in seconds (default 120; the whole run stays within --timeout)",
-           type=positive_float, default=120.0, metavar="SECONDS"),
+           "may run before it is called hung, in seconds, longer or shorter than its own budget (default: each "
+           "phase's own; the whole run stays within --timeout)", type=positive_float, metavar="SECONDS"),
     Option(name="strict", help="warnings make the exit code 1", flag=True, default=False),
     Option(name="cpu", help="a CPU rehearsal: run the distributed checks on CPU ranks (gloo) on a machine without "
            "NVIDIA GPUs (a laptop, CI); the verdict then says READY (CPU rehearsal)", flag=True, default=False),
@@ -45,7 +45,7 @@ class Settings:
     nproc: int | None
     expect_gpus: int | None
     timeout_s: float
-    launch_timeout_s: float
+    launch_timeout_s: float | None
     strict: bool
     python: str
     cpu: bool
@@ -61,7 +61,7 @@ class Settings:
             nproc=values.get("nproc"),
             expect_gpus=values.get("expect_gpus"),
             timeout_s=float(values.get("timeout") or 300.0),
-            launch_timeout_s=float(values.get("launch_timeout") or 120.0),
+            launch_timeout_s=float(values["launch_timeout"]) if values.get("launch_timeout") else None,
             strict=bool(values.get("strict")),
             python=str(values.get("python") or sys.executable),
             cpu=bool(values.get("cpu")),
@@ -81,3 +81,8 @@ class Settings:
     def remaining_s(self) -> float:
         """Seconds left before the overall deadline."""
         return self.timeout_s - (time.monotonic() - self.started)
+
+    def phase_budget_s(self, own_s: float) -> float:
+        """How long a distributed phase whose own budget is ``own_s`` may run before it is hung:
+        ``--launch-timeout`` when given (longer or shorter than ``own_s``, as --help says), else ``own_s``."""
+        return self.launch_timeout_s if self.launch_timeout_s is not None else own_s

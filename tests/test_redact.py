@@ -27,6 +27,11 @@ PLANTED: list[tuple[str, str, str]] = [
     ("url-password", "git clone https://alice:S3cr3tPw@github.com/o/r.git", "S3cr3tPw"),
     ("url-password-no-user", "redis://:r3disPw@10.0.0.5:6379/0", "r3disPw"),
     ("url-password-with-at", "https://bob:p@ss@w0rd@host/x", "p@ss@w0rd"),
+    ("userinfo-no-scheme", "MASTER_ADDR=admin:M4sterS3cretPw@10.0.0.5", "M4sterS3cretPw"),
+    ("userinfo-no-scheme-json", '{"MASTER_ADDR": "admin:M4sterS3cretPw@10.0.0.5"}', "M4sterS3cretPw"),
+    ("userinfo-no-scheme-port", "proxy proxyuser:Pr0xy@Pw@proxy.corp:3128 set", "Pr0xy@Pw"),
+    ("userinfo-no-scheme-ipv6", "store at root:r00tPw@[fe80::1]:29500", "r00tPw"),
+    ("userinfo-rank-prefix", "[rank1]:admin:R4nkPw@10.0.0.5", "R4nkPw"),
     ("bearer", "Authorization: Bearer abcDEF123456._-~+/xyz", "abcDEF123456._-~+/xyz"),
     ("bearer-bare", "sent bearer QWERTYUIOPasdfgh1234 to proxy", "QWERTYUIOPasdfgh1234"),
     ("basic", 'curl -H "Authorization: Basic dXNlcjpwYXNzd29yZA=="', "dXNlcjpwYXNzd29yZA=="),
@@ -116,6 +121,9 @@ ORDINARY: list[str] = [
     "python -m preflight --timeout 600 --expect-gpus 8 --report-dir reports/run-1",
     "eyJ is a prefix; Bearer tokens are not logged; basic information follows",
     "AKIA is a prefix; ASIAPACIFIC region; AIza alone",
+    "image ubuntu:22.04@sha256:9f86d081884c7d65 and nvcr.io/nvidia/pytorch:24.01-py3@sha256:9f86d081",
+    "scp model.pt alice@10.0.0.5:/data/ and mailto:alice@example.com; getty@tty1.service; user@host:~$",
+    "12:30:45 @decorator; a:b@ and x:@y; @ alone; admin:pw @ spaced",
 ]
 
 
@@ -154,6 +162,10 @@ def test_known_prefix_is_kept_as_a_hint() -> None:
 def test_authorization_keeps_the_scheme() -> None:
     assert redact_text("Authorization: Bearer abcdefgh12345678") == "Authorization: Bearer [REDACTED]"
     assert redact_text("Authorization: Basic dXNlcjpwYXNz") == "Authorization: Basic [REDACTED]"
+
+
+def test_userinfo_without_scheme_keeps_user_and_host() -> None:
+    assert redact_text("MASTER_ADDR=admin:M4sterS3cretPw@10.0.0.5") == "MASTER_ADDR=admin:[REDACTED]@10.0.0.5"
 
 
 def test_url_keeps_user_host_and_path() -> None:

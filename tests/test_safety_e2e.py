@@ -68,11 +68,13 @@ def _processes_of(run: str, command_part: str = "") -> list[psutil.Process]:
 # ---------------------------------------------------------------------------------------------
 
 
-# Two runs on a hostile node with secrets in the environment: the CPU DDP launch (worker logs) and
-# the GPU checks against a fake NVML whose GPU name carries markup; both with the planted checks.
-RUNS: dict[str, tuple[list[str], dict[str, str]]] = {
-    "cpu-ddp": (["-k", "planted or ddp"], {}),
-    "fake-gpu": (["-m", "not distributed"], {"PREFLIGHT_TEST_HOSTILE_GPU": "1"}),
+# Three runs on a hostile node with secrets in the environment: the CPU DDP launch (worker logs), the
+# GPU checks against a fake NVML whose GPU name carries markup, and a DDP phase whose ranks print and
+# raise planted secrets (rank logs, error files, torchrun's log); all with the planted checks.
+RUNS: dict[str, tuple[list[str], dict[str, str], list[str]]] = {
+    "cpu-ddp": (["-k", "planted or ddp"], {}, []),
+    "fake-gpu": (["-m", "not distributed"], {"PREFLIGHT_TEST_HOSTILE_GPU": "1"}, []),
+    "rank-leak": (["-k", "planted or ddp"], {}, ["-p", "tests.fakes.planted_phase"]),
 }
 
 
@@ -83,9 +85,9 @@ def _runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict[str, Any]]
 
 def _run_once(runs: dict[str, dict[str, Any]], name: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     if name not in runs:
-        selection, env = RUNS[name]
+        selection, env, plugins = RUNS[name]
         out = tmp_path_factory.mktemp(name) / "reports"
-        result = _preflight(["--report-dir", str(out), *selection, "--", *HOSTILE],
+        result = _preflight(["--report-dir", str(out), *selection, "--", *plugins, *HOSTILE],
                             env={**planted.ENVIRONMENT, **env})
         runs[name] = {"name": name, "out": out, "result": result,
                       "report": json.loads((out / "preflight.json").read_text())}
@@ -121,10 +123,32 @@ def test_no_planted_secret_in_a_report_file(leaky_run: dict[str, Any], name: str
 
 def test_no_planted_secret_in_any_other_file(leaky_run: dict[str, Any]) -> None:
     others = [p for p in leaky_run["out"].rglob("*") if p.is_file() and p.name not in REPORT_FILES]
-    if leaky_run["name"] == "cpu-ddp":
+    if leaky_run["name"] != "fake-gpu":
         assert others, "the DDP launch should have left its logs"
     for path in others:
         assert _leaks(path.read_text(encoding="utf-8", errors="replace")) == [], path
+
+
+def test_rank_logs_and_error_files_are_scrubbed_not_lost(_runs: dict[str, dict[str, Any]],
+                                                         tmp_path_factory: pytest.TempPathFactory) -> None:
+    """The ranks wrote the secrets raw (tests/workers/planted.py); what is left says where they were."""
+    logs = _run_once(_runs, "rank-leak", tmp_path_factory)["out"] / "logs" / "rehearsal"
+    for rank in (0, 1):
+        log = (logs / f"rank{rank}.log").read_text()
+        assert f"rank {rank} could not download https://deploy:[REDACTED]@artifacts.example/simple with token " \
+               "ghp_[REDACTED] (hf_[REDACTED])" in log
+        assert "MASTER_ADDR was admin:[REDACTED]@10.0.0.5" in log
+        error = json.loads((logs / f"rank{rank}.ddp.error.json").read_text())
+        assert "ghp_[REDACTED]" in error["error"] and "hf_[REDACTED]" in error["traceback"]
+
+
+def test_every_file_under_the_report_directory_is_private(leaky_run: dict[str, Any]) -> None:
+    """Links are not files of the run (the launcher's staged import path links to the package)."""
+    out: Path = leaky_run["out"]
+    paths = [p for p in [out, *out.rglob("*")] if not p.is_symlink()]
+    loose = [f"{oct(p.lstat().st_mode & 0o777)} {p.relative_to(out)}" for p in paths
+             if p.lstat().st_mode & 0o777 != (0o700 if p.is_dir() else 0o600)]
+    assert loose == []
 
 
 def test_no_planted_secret_on_the_terminal(leaky_run: dict[str, Any]) -> None:
@@ -151,6 +175,7 @@ def test_environment_in_the_report_is_allow_listed_and_redacted(leaky_run: dict[
         assert name not in environment
     assert environment["NCCL_IB_TOKEN"] == "[REDACTED]"
     assert environment["NCCL_PLUGIN_INDEX"] == "https://deploy:[REDACTED]@artifacts.example/simple"
+    assert environment["MASTER_ADDR"] == "admin:[REDACTED]@10.0.0.5"
     # data stays data in the JSON; escaping is the HTML's job
     assert environment["TORCH_PLANTED_MARKUP"] == planted.ENVIRONMENT["TORCH_PLANTED_MARKUP"]
 
@@ -161,9 +186,13 @@ def test_the_report_is_valid_and_real_checks_still_work(leaky_run: dict[str, Any
     statuses = {c["name"]: c["status"] for c in report["checks"]}
     if leaky_run["name"] == "cpu-ddp":
         assert statuses["test_ddp_step"] == "PASS"
+    elif leaky_run["name"] == "rank-leak":
+        ddp = next(c for c in report["checks"] if c["name"] == "test_ddp_step")
+        assert (ddp["status"], ddp["code"]) == ("FAIL", "DDP_RANK_CRASHED")
+        assert "could not download https://deploy:[REDACTED]@artifacts.example/simple" in ddp["summary"]
     else:
         assert statuses["test_gpu_count"] == "PASS" and statuses["test_gpu_ecc[gpu0]"] == "PASS"
-        assert [row["name"] for row in report["node"]["gpus"]["table"]] == [planted.GPU_NAME]
+        assert [gpu["name"] for gpu in report["node"]["gpus"]["gpus"]] == [planted.GPU_NAME]
 
 
 # ---------------------------------------------------------------------------------------------

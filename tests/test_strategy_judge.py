@@ -154,18 +154,36 @@ def test_any_other_crash_is_the_standard_crash_verdict():
     assert verdict.code == "FSDP_RANK_CRASHED" and "rank 1" in verdict.summary
 
 
+def test_ranks_still_compiling_an_op_are_a_slow_build_not_a_hang():
+    building = f"{phases.OP_LOAD}: fused_adam"
+    verdict = judge_strategy(hung({0: building, 1: building}), "zero2")
+    assert (verdict.status, verdict.code) == (Status.WARN, "ZERO2_OP_BUILD_UNFINISHED")
+    assert "ranks 0, 1 were still loading DeepSpeed's fused_adam" in verdict.summary
+    assert "a slow op build, not a hung rank" in verdict.summary and "60 s deadline" in verdict.summary
+    assert "NCCL" not in (verdict.remediation or "") and "--op-build-timeout" in (verdict.remediation or "")
+
+
 @pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
-def test_zero_skips_without_deepspeed_or_without_gpus(strategy):
+def test_zero_needs_deepspeed_and_runs_on_cpu_ranks_too(strategy):
     missing = strategy_unavailable(strategy, deepspeed_version=None, gpus=8)
     assert missing and "DeepSpeed is not installed" in missing and "pip install deepspeed" in missing
-    cpu = strategy_unavailable(strategy, deepspeed_version="0.16.4", gpus=0)
-    assert cpu and "DeepSpeed 0.16.4 trains on CUDA GPUs and none is visible" in cpu
-    assert strategy_unavailable(strategy, deepspeed_version="0.16.4", gpus=2) is None
+    assert strategy_unavailable(strategy, deepspeed_version="0.19.8", gpus=0, torch_version="2.4.1") is None
+    assert strategy_unavailable(strategy, deepspeed_version="0.19.8", gpus=2) is None
 
 
-@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_ddp_and_fsdp_run_everywhere(strategy):
-    assert strategy_unavailable(strategy, deepspeed_version=None, gpus=0) is None
+@pytest.mark.parametrize(("torch_version", "gpus", "runs"), [
+    ("2.4.1+cu121", 0, False), ("2.5.1", 0, False), ("2.6.0+cpu", 0, False), ("2.7.1", 0, True),
+    ("2.13.0+cpu", 0, True), ("2.4.1+cu121", 8, True), ("2.6.0", 1, True), (None, 0, True)])
+def test_fsdp2_on_cpu_ranks_needs_torch_2_7(torch_version, gpus, runs):
+    reason = strategy_unavailable("fsdp", deepspeed_version=None, gpus=gpus, torch_version=torch_version)
+    assert (reason is None) is runs, reason
+    if not runs:
+        assert reason and f"torch {torch_version} cannot run FSDP2 on CPU ranks" in reason
+        assert "torch.cuda.Stream" in reason and "FSDP requires CUDA for streams" in reason
+
+
+def test_ddp_runs_everywhere():
+    assert strategy_unavailable("ddp", deepspeed_version=None, gpus=0, torch_version="2.4.1") is None
 
 
 def test_the_memory_fit_pointer_names_the_rehearsing_check_or_the_option_to_add():
@@ -173,7 +191,7 @@ def test_the_memory_fit_pointer_names_the_rehearsing_check_or_the_option_to_add(
         "FSDP2 is rehearsed in this run by test_strategy_step[fsdp] (a few steps and a checkpoint round trip).")
     assert "test_ddp_step" in rehearsal_pointer("ddp", ("ddp",))
     assert rehearsal_pointer("zero2", ["ddp", "fsdp"]) == (
-        "ZeRO-2 is not rehearsed in this run: add --strategy zero2 (needs DeepSpeed and GPUs) to run a tiny step "
+        "ZeRO-2 is not rehearsed in this run: add --strategy zero2 (needs DeepSpeed) to run a tiny step "
         "with it.")
     assert rehearsal_pointer("zero1", ["ddp", "fsdp"], fitting=("zero1", "zero2", "zero3", "fsdp")).endswith(
         "to run a tiny step with it. FSDP2, which also fits, is rehearsed by test_strategy_step[fsdp].")
@@ -185,7 +203,7 @@ def test_the_memory_fit_verdict_gains_the_pointer_in_its_remediation_or_summary(
     needs = warn("MEMORY_FIT_NEEDS_SHARDING", "7B does not fit with plain DDP", "Train with ZeRO-2 or more sharding.")
     pointed = with_rehearsal_pointer(needs, "zero2", ["ddp", "fsdp"])
     assert pointed.remediation == ("Train with ZeRO-2 or more sharding. ZeRO-2 is not rehearsed in this run: add "
-                                   "--strategy zero2 (needs DeepSpeed and GPUs) to run a tiny step with it.")
+                                   "--strategy zero2 (needs DeepSpeed) to run a tiny step with it.")
     assert pointed.code == needs.code and pointed.evidence["rehearsed strategy"].startswith("ZeRO-2")
     fits = with_rehearsal_pointer(passed("7B fits with plain DDP"), "ddp", ["ddp", "fsdp"])
     assert fits.summary == ("7B fits with plain DDP - DDP is rehearsed in this run by test_ddp_step (one step on "

@@ -1,5 +1,5 @@
-"""The strategy workers on real torchrun with gloo ranks: FSDP2 for real, ZeRO through a stand-in
-for DeepSpeed (tests/fakes/deepspeed_stub), and injected faults judged as the report shows them."""
+"""The strategy workers on real torchrun with gloo ranks: FSDP2 and ZeRO (real DeepSpeed, its CPU
+accelerator) for real, and injected faults judged as the report shows them."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from preflight.judge.strategies import judge_strategy
+from preflight.judge.strategies import FSDP2_CPU_MIN_TORCH, judge_strategy
 from preflight.launch.outcome import PhaseResult
 from preflight.outcome import Status
+from preflight.probe.deepspeed_ops import build_ops
 from preflight.workers import phases
 
 from tests.conftest import REPO_ROOT
@@ -19,8 +20,11 @@ from tests.launching import launch_phase
 
 pytestmark = pytest.mark.subprocess
 
-DEEPSPEED_STUB = Path(__file__).resolve().parent / "fakes" / "deepspeed_stub"
 HANG_BUDGET_S = 20.0  # a phase's budget starts after the ranks joined: torch's import is not in it
+ZERO_HANG_BUDGET_S = 90.0  # the ZeRO phase that hangs in its save: initialize and the steps fit in it
+ZERO_BUDGET_S = 300.0  # a ZeRO phase takes seconds on a quiet machine, a minute or more on a loaded one
+OP_BUILD_TIMEOUT_S = 1500  # a first build of the CPU ops (only the first test on a machine pays it)
+MISSING_HEADER = "/nonexistent/preflight-missing-header.h"
 
 
 def _numpy_usable() -> bool:
@@ -33,12 +37,15 @@ def _numpy_usable() -> bool:
 
 needs_numpy = pytest.mark.skipif(not _numpy_usable(), reason="torch.distributed.checkpoint needs numpy, which this "
                                  "environment lacks (pip install numpy)")
+needs_fsdp2_on_cpu = pytest.mark.skipif(
+    torch.cuda.device_count() == 0 and tuple(int(p) for p in torch.__version__.split(".")[:2]) < FSDP2_CPU_MIN_TORCH,
+    reason=f"torch {torch.__version__} cannot run FSDP2 on CPU ranks (needs 2.7)")
 
 
 @pytest.fixture(autouse=True)
 def _importable_tests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ranks must import tests.workers.faulty_strategies and the DeepSpeed stand-in."""
-    paths = [str(REPO_ROOT), str(DEEPSPEED_STUB), os.environ.get("PYTHONPATH")]
+    """Ranks must import tests.workers.faulty_strategies and tests.workers.faulty_zero."""
+    paths = [str(REPO_ROOT), os.environ.get("PYTHONPATH")]
     monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
 
 
@@ -51,6 +58,7 @@ def _fsdp(tmp_path: Path, fault: str | None = None, budget_s: float = 150) -> Ph
 
 
 @needs_numpy
+@needs_fsdp2_on_cpu
 def test_fsdp2_on_two_gloo_ranks_trains_and_round_trips_its_sharded_checkpoint(tmp_path):
     result = _fsdp(tmp_path)
     assert result.ok, result.describe() + result.launcher_tail
@@ -70,12 +78,14 @@ def test_fsdp2_on_two_gloo_ranks_trains_and_round_trips_its_sharded_checkpoint(t
             ("checkpoint_save_time", None), ("checkpoint_size", None)} <= names
 
 
+@needs_fsdp2_on_cpu
 def test_a_rank_whose_parameters_diverge_is_named(tmp_path):
     verdict = judge_strategy(_fsdp(tmp_path, "diverge:1"), "fsdp")
     assert verdict.status is Status.FAIL and verdict.code == "FSDP_RANKS_DIVERGED"
     assert "rank 1" in verdict.summary and "gathered parameters" in verdict.summary
 
 
+@needs_fsdp2_on_cpu
 def test_without_numpy_the_steps_pass_and_the_checkpoint_round_trip_warns(tmp_path):
     verdict = judge_strategy(_fsdp(tmp_path, "no-numpy:0"), "fsdp")
     assert verdict.status is Status.WARN and verdict.code == "FSDP_CHECKPOINT_NEEDS_NUMPY"
@@ -84,6 +94,7 @@ def test_without_numpy_the_steps_pass_and_the_checkpoint_round_trip_warns(tmp_pa
 
 
 @needs_numpy
+@needs_fsdp2_on_cpu
 def test_a_save_skipped_on_one_rank_hangs_the_others_and_says_saves_are_collective(tmp_path):
     result = _fsdp(tmp_path, "skip-save:1", budget_s=HANG_BUDGET_S)
     assert result.timed_out
@@ -95,6 +106,7 @@ def test_a_save_skipped_on_one_rank_hangs_the_others_and_says_saves_are_collecti
 
 
 @needs_numpy
+@needs_fsdp2_on_cpu
 def test_a_checkpoint_that_loads_back_different_is_a_mismatch(tmp_path):
     verdict = judge_strategy(_fsdp(tmp_path, "corrupt:1"), "fsdp")
     assert verdict.status is Status.FAIL and verdict.code == "FSDP_CHECKPOINT_MISMATCH"
@@ -103,35 +115,77 @@ def test_a_checkpoint_that_loads_back_different_is_a_mismatch(tmp_path):
     assert "probe loss" in verdict.summary
 
 
-def _zero(tmp_path: Path, stage: int, fake: str | None = None, budget_s: float = 150) -> PhaseResult:
-    env = {"PREFLIGHT_FAKE_DEEPSPEED": fake} if fake else {}
-    return launch_phase("preflight.workers.zero:run", nproc=2, budget_s=budget_s, deadline_s=budget_s + 60, env=env,
+@pytest.fixture(scope="module")
+def built_ops() -> None:
+    """The rehearsal's ops built (or found) in preflight's own cache, as preflight does beside a launch;
+    the ranks find the same folder from the same environment."""
+    built = build_ops(timeout_s=OP_BUILD_TIMEOUT_S)
+    assert built.ok, built.tail()
+
+
+def _zero(tmp_path: Path, stage: int, env: dict[str, str | None] | None = None,
+          entry: str = "preflight.workers.zero:run", budget_s: float = ZERO_BUDGET_S) -> PhaseResult:
+    return launch_phase(entry, nproc=2, budget_s=budget_s, deadline_s=budget_s + 60, env=env or {},
                         run_dir=tmp_path / "run", args=["--stage", str(stage), "--steps", "3", "--checkpoint-dir",
                                                         str(tmp_path / "checkpoint")])
 
 
-def test_the_zero_worker_steps_saves_on_every_rank_and_verifies_the_load(tmp_path):
+@needs_numpy
+def test_zero3_runs_for_real_on_cpu_ranks_and_reloads_its_checkpoint_exactly(tmp_path, built_ops):
     result = _zero(tmp_path, 3)
     assert result.ok, result.describe() + result.launcher_tail
-    first = result.ranks[0].result["result"]
+    first, second = (r.result["result"] for r in result.ranks)
     assert first["strategy"] == "zero3" and first["config"]["zero_optimization"]["stage"] == 3
     assert first["config"]["train_batch_size"] == 2 * 2 * 4  # ranks x accumulation x micro batch
-    assert first["api"] == "deepspeed 0.0.0+preflight.fake"
-    assert first["checkpoint"]["mismatched_count"] == 0 and first["checkpoint"]["differed_before_load"]
+    assert first["api"] == "deepspeed 0.19.8" and first["accelerator"] == "cpu" and first["precision"] == "fp32"
+    assert [op["op"] for op in first["ops"]] == ["deepspeed_shm_comm", "fused_adam"]  # built ahead, only loaded
+    assert first["losses"] == second["losses"] and first["param_sha256"] == second["param_sha256"]
+    for rank in (first, second):
+        assert rank["checkpoint"]["mismatched_count"] == 0 and rank["checkpoint"]["differed_before_load"]
     verdict = judge_strategy(result, "zero3")
     assert verdict.status is Status.PASS, verdict.summary
-    assert "ZeRO-3" in verdict.summary
+    assert "ZeRO-3" in verdict.summary and "loaded back exactly" in verdict.summary
+    assert "DeepSpeed's cpu accelerator, its ops (deepspeed_shm_comm, fused_adam) loaded in" in verdict.summary
 
 
-def test_a_failed_op_build_is_reported_with_the_compilers_message(tmp_path):
-    verdict = judge_strategy(_zero(tmp_path, 2, "build-fails"), "zero2")
-    assert verdict.status is Status.FAIL and verdict.code == "ZERO2_OP_BUILD_FAILED"
-    assert "'fused_adam'" in verdict.summary and "nvcc fatal   : Unsupported gpu architecture" in verdict.summary
-    assert "CUDA toolkit" in verdict.remediation
+def test_a_failed_op_build_in_a_rank_is_reported_with_the_compilers_message(tmp_path):
+    """No build ahead of the launch and a compiler that fails for real: the rank quotes it."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "g++").write_text(f'#!/bin/sh\nexec /usr/bin/g++ -include {MISSING_HEADER} "$@"\n')
+    (bin_dir / "g++").chmod(0o755)
+    env: dict[str, str | None] = {"PREFLIGHT_TORCH_EXTENSIONS_DIR": str(tmp_path / "fresh-extensions"),
+                                  "CXX": str(bin_dir / "g++")}
+    verdict = judge_strategy(_zero(tmp_path, 2, env), "zero2")
+    assert verdict.status is Status.FAIL and verdict.code == "ZERO2_OP_BUILD_FAILED", verdict.summary
+    assert f"fatal error: {MISSING_HEADER}: No such file or directory" in verdict.summary
+    assert "'deepspeed_shm_comm'" in verdict.summary and "toolkit" in (verdict.remediation or "")
 
 
-def test_a_deepspeed_save_not_called_on_every_rank_hangs_and_is_named(tmp_path):
-    result = _zero(tmp_path, 1, "skip-save:1", budget_s=HANG_BUDGET_S)
+def test_a_build_that_failed_beside_the_launch_is_raised_by_the_ranks_not_rebuilt(tmp_path):
+    """The deepspeed_ops phase after a failed build: the ranks read the build's status and stop at once
+    (no compile under a phase's budget), quoting what failed."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "g++").write_text(f'#!/bin/sh\nexec /usr/bin/g++ -include {MISSING_HEADER} "$@"\n')
+    (bin_dir / "g++").chmod(0o755)
+    root = tmp_path / "extensions"
+    failed = build_ops(timeout_s=600, root=root, env={**os.environ, "CXX": str(bin_dir / "g++")})
+    assert not failed.ok and failed.failed is not None, failed.tail()
+    phase = launch_phase("preflight.workers.zero:ops_phase", nproc=2, budget_s=120, deadline_s=200,
+                         env={"PREFLIGHT_TORCH_EXTENSIONS_DIR": str(root)}, run_dir=tmp_path / "run",
+                         name="deepspeed_ops")
+    assert phase.state != "finished" and phase.ranks_in("crashed"), phase.describe()
+    error = next(r.error for r in phase.ranks if r.state == "crashed") or ""
+    assert "DeepSpeed's ops were not built by preflight" in error and "Error building extension" in error, error
+    assert "ninja" not in "".join(r.log_tail for r in phase.ranks)  # nothing compiled in the ranks
+
+
+def test_a_deepspeed_save_not_called_on_every_rank_hangs_and_is_named(tmp_path, built_ops):
+    # real DeepSpeed: importing it and initialize take tens of seconds under load before the save is reached
+    result = _zero(tmp_path, 1, {"PREFLIGHT_TEST_FAULT": "skip-save:1"}, entry="tests.workers.faulty_zero:run",
+                   budget_s=ZERO_HANG_BUDGET_S)
     verdict = judge_strategy(result, "zero1")
-    assert verdict.status is Status.FAIL and verdict.code == "ZERO1_CHECKPOINT_SAVE_HUNG"
-    assert "never completed" in verdict.summary and "every rank" in verdict.remediation
+    assert verdict.status is Status.FAIL and verdict.code == "ZERO1_CHECKPOINT_SAVE_HUNG", verdict.summary
+    assert "never completed" in verdict.summary and "every rank" in (verdict.remediation or "")
+    assert "rank 1 at 'training on without calling the checkpoint save'" in verdict.summary

@@ -24,12 +24,14 @@ CU128_ARCH = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"  # what torch's cu128 wheel
 
 
 def run_checks(
-    tmp_path: Path, *args: str, spec: dict[str, Any] | None = None, machine: str | None = None
+    tmp_path: Path, *args: str, spec: dict[str, Any] | None = None, machine: str | None = None,
+    extra_env: dict[str, str] | None = None,
 ) -> dict[str, dict[str, Any]]:
     """Run the toolkit checks (on a fake NVML ``machine`` when given); checks by id (``test_x[gpu0]``)."""
     tmp_path.mkdir(parents=True, exist_ok=True)
     out = tmp_path / "reports"
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    env = {**os.environ, **(extra_env or {}),
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
     plugin: list[str] = []
     if spec is not None:
         spec_file = tmp_path / "node.json"
@@ -40,7 +42,7 @@ def run_checks(
         plugin += ["-p", "tests.fakes.nvml_plugin", f"--fake-nvml={machine}"]
     result = subprocess.run(
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugin, CHECKS, "--preflight-report-dir", str(out), *args],
-        capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=240,
+        capture_output=True, text=True, env=env, cwd=REPO_ROOT, timeout=900,
     )
     report_file = out / "preflight.json"
     assert report_file.exists(), result.stdout + result.stderr
@@ -89,12 +91,22 @@ def test_this_machine_reports_cpu_torch_and_its_toolkit(tmp_path: Path) -> None:
 
 
 def test_this_machine_with_deepspeed_and_slow(tmp_path: Path) -> None:
-    checks = run_checks(tmp_path, "--preflight-with", "deepspeed", "--preflight-slow")
-    assert checks["test_deepspeed_jit_build"]["status"] in ("SKIP", "PASS", "FAIL")
+    """``--slow`` runs the real fresh JIT build; a g++ told to include a missing header makes it fail fast,
+    and the verdict says what DeepSpeed really built (its CPU accelerator's op, with C++ only)."""
     import importlib.util
 
+    wrapper = tmp_path / "bin" / "g++"
+    wrapper.parent.mkdir(parents=True)
+    wrapper.write_text('#!/bin/sh\nexec /usr/bin/g++ -include /nonexistent/preflight-missing.h "$@"\n')
+    wrapper.chmod(0o755)
+    checks = run_checks(tmp_path, "--preflight-with", "deepspeed", "--preflight-slow", extra_env={"CXX": str(wrapper)})
+    jit = checks["test_deepspeed_jit_build"]
     if importlib.util.find_spec("deepspeed") is None:
-        assert "DeepSpeed is not installed" in checks["test_deepspeed_jit_build"]["summary"]
+        assert jit["status"] == "SKIP" and "DeepSpeed is not installed" in jit["summary"]
+        return
+    assert (jit["status"], jit["code"]) == ("FAIL", "DEEPSPEED_JIT_BUILD_FAILED"), jit["summary"]
+    assert "cpu accelerator" in jit["summary"] and "preflight-missing.h: No such file or directory" in jit["summary"]
+    assert checks["test_deepspeed_accelerator"]["status"] == "PASS"
 
 
 def test_cpu_torch_on_an_8_gpu_node_fails(tmp_path: Path) -> None:
@@ -134,25 +146,41 @@ def test_deepspeed_refuses_a_cuda_13_toolkit_for_a_cuda_12_8_torch(tmp_path: Pat
     spec = _spec(tmp_path, "12.8", path=[home / "bin"], CUDA_HOME=str(home))
     checks = run_checks(tmp_path, "--preflight-with", "deepspeed", spec=spec, machine="8x-h100-sxm")
     ds = checks["test_deepspeed_accepts_toolkit"]
-    assert ds["status"] == "FAIL" and ds["code"] == "DEEPSPEED_CUDA_MISMATCH"
+    assert ds["status"] == "FAIL" and ds["code"] == "DEEPSPEED_CUDA_MAJOR_MISMATCH"
     assert "13.0" in ds["summary"] and "12.8" in ds["summary"]
     toolkit = checks["test_cuda_toolkit_for_jit_builds"]
-    assert toolkit["status"] == "FAIL" and toolkit["code"] == "TOOLKIT_MAJOR_MISMATCH"
+    assert toolkit["status"] == "WARN" and toolkit["code"] == "TOOLKIT_MAJOR_MISMATCH"
+    assert "two CUDA runtimes in one process" in toolkit["summary"]
     spec["env"]["DS_SKIP_CUDA_CHECK"] = "1"
-    skipped = run_checks(tmp_path / "skip", "--preflight-with", "deepspeed", "-k", "deepspeed", spec=spec)[
+    skipped = run_checks(tmp_path / "skip", "--preflight-with", "deepspeed", "-k", "deepspeed", spec=spec,
+                         machine="8x-h100-sxm")[
         "test_deepspeed_accepts_toolkit"
     ]
-    assert skipped["status"] == "WARN" and skipped["code"] == "DEEPSPEED_CUDA_CHECK_SKIPPED"
+    assert skipped["status"] == "FAIL" and "DS_SKIP_CUDA_CHECK=1 does not change this" in skipped["summary"]
 
 
-def test_missing_toolkit_warns_and_fails_when_deepspeed_is_announced(tmp_path: Path) -> None:
+def test_ds_accelerator_cpu_inherited_on_a_gpu_node_is_flagged(tmp_path: Path) -> None:
+    spec = {**_spec(tmp_path, "12.8", arch=CU128_ARCH), "deepspeed": {"version": "0.19.8"}}
+    spec["env"]["DS_ACCELERATOR"] = "cpu"
+    check = run_checks(tmp_path, "-k", "accelerator", spec=spec, machine="8x-h100-sxm")["test_deepspeed_accelerator"]
+    assert (check["status"], check["code"]) == ("WARN", "DEEPSPEED_ACCELERATOR_CPU")
+    assert "8 GPU(s)" in check["summary"] and check["remediation"].startswith("unset DS_ACCELERATOR")
+
+
+def test_missing_toolkit_is_informational_for_plain_ddp_and_fails_when_deepspeed_is_announced(tmp_path: Path) -> None:
     spec = _spec(tmp_path, "12.4")
     plain = run_checks(tmp_path, spec=spec, machine="8x-h100-sxm")["test_cuda_toolkit_for_jit_builds"]
-    assert plain["status"] == "WARN" and plain["code"] == "CUDA_TOOLKIT_MISSING" and "12.4" in plain["summary"]
-    announced = run_checks(tmp_path / "ds", "--preflight-with", "DeepSpeed", "-k", "jit_builds", spec=spec)[
+    assert plain["status"] == "SKIP" and "no CUDA toolkit" in plain["summary"] and "12.4" in plain["summary"]
+    assert "plain DDP/FSDP need no toolkit" in plain["summary"]
+    announced = run_checks(tmp_path / "ds", "--preflight-with", "DeepSpeed", "-k", "jit_builds", spec=spec,
+                           machine="8x-h100-sxm")[
         "test_cuda_toolkit_for_jit_builds"
     ]
-    assert announced["status"] == "FAIL"
+    assert announced["status"] == "FAIL" and announced["code"] == "CUDA_TOOLKIT_MISSING"
+    cpu_node = run_checks(tmp_path / "cpu", "--preflight-with", "DeepSpeed", "-k", "jit_builds", spec=spec)[
+        "test_cuda_toolkit_for_jit_builds"
+    ]
+    assert cpu_node["status"] == "SKIP" and "cpu accelerator here" in cpu_node["summary"]  # no GPU: C++ ops only
 
 
 def test_cuda_home_and_path_disagree(tmp_path: Path) -> None:

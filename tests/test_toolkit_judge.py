@@ -18,6 +18,7 @@ from preflight.judge.cuda_runtime import (
 from preflight.judge.toolkit import (
     judge_build_tools,
     judge_cuda_home_vs_path,
+    judge_deepspeed_accelerator,
     judge_deepspeed_cuda,
     judge_toolkit,
 )
@@ -66,10 +67,15 @@ def _facts(
     if home:
         env["CUDA_HOME"] = str(fake_toolkit(tmp_path / f"cuda-{home}", home, headers=headers))
     version = f"2.4.1+cu{torch_cuda.replace('.', '')}" if torch_cuda else "2.13.0+cpu"
-    return probe_toolkit(
+    return _no_deepspeed(probe_toolkit(
         path_env(*folders, **env), torch_module=fake_torch(version, torch_cuda, arch="sm_80 sm_90"),
         toolkit_glob=str(tmp_path / "cuda-*"), default_cuda_home=NOWHERE,
-    )
+    ))
+
+
+def _no_deepspeed(facts: ToolkitFacts) -> ToolkitFacts:
+    """The node without DeepSpeed (the real probe would find the DeepSpeed installed for the tests)."""
+    return dataclasses.replace(facts, deepspeed=DeepSpeedFacts(version=None, skip_cuda_check=None))
 
 
 def _with_deepspeed(facts: ToolkitFacts, version: str = "0.16.9", skip: str | None = None,
@@ -169,13 +175,26 @@ def test_arch_skips_on_cpu_torch() -> None:
 
 # --- toolkit presence ------------------------------------------------------------------------
 
-def test_toolkit_missing_warns_then_fails_for_deepspeed(tmp_path: Path) -> None:
+def test_toolkit_missing_is_informational_without_a_jit_build_and_fails_with_one(tmp_path: Path) -> None:
     facts = _facts(tmp_path)
-    warned = _status(judge_toolkit(facts), Status.WARN, "CUDA_TOOLKIT_MISSING")
-    _names(warned, "12.4")
-    assert warned.remediation is not None and "cuda-toolkit-12-4" in warned.remediation
-    _status(judge_toolkit(facts, ("deepspeed",)), Status.FAIL, "CUDA_TOOLKIT_MISSING")
-    _status(judge_toolkit(_with_deepspeed(facts)), Status.FAIL, "CUDA_TOOLKIT_MISSING")
+    plain = _status(judge_toolkit(facts), Status.SKIP)
+    _names(plain, "no CUDA toolkit for torch's CUDA 12.4", "plain DDP/FSDP need no toolkit", "--with deepspeed")
+    for announced in (judge_toolkit(facts, ("deepspeed",)), judge_toolkit(facts, ("cpp-extensions",)),
+                      judge_toolkit(_with_deepspeed(facts))):
+        failed = _status(announced, Status.FAIL, "CUDA_TOOLKIT_MISSING")
+        assert failed.remediation is not None and "cuda-toolkit-12-4" in failed.remediation
+
+
+def test_toolkit_not_needed_when_deepspeed_ops_are_prebuilt(tmp_path: Path) -> None:
+    facts = _facts(tmp_path)
+    prebuilt = dataclasses.replace(facts, deepspeed=DeepSpeedFacts(
+        "0.19.8", None, prebuilt_ops=("cpu_adam", "fused_adam"), prebuilt_cuda="12.4", prebuilt_torch="2.4",
+        prebuilt_accelerator="cuda"))
+    _names(_status(judge_toolkit(prebuilt), Status.SKIP), "pre-built (cpu_adam, fused_adam)")
+    _status(judge_toolkit(prebuilt, ("cpp-extensions",)), Status.FAIL, "CUDA_TOOLKIT_MISSING")
+    for_cpu = dataclasses.replace(prebuilt, deepspeed=dataclasses.replace(prebuilt.deepspeed,
+                                                                          prebuilt_accelerator="cpu"))
+    _status(judge_toolkit(for_cpu), Status.FAIL, "CUDA_TOOLKIT_MISSING")  # load() ignores ops built for cpu
 
 
 def test_toolkit_pass_and_cpu_torch_skip(tmp_path: Path) -> None:
@@ -188,20 +207,23 @@ def test_toolkit_pass_and_cpu_torch_skip(tmp_path: Path) -> None:
 def test_toolkit_without_headers_points_at_installed_tree(tmp_path: Path) -> None:
     fake_toolkit(tmp_path / "cuda-12.4", "12.4")
     write_executable(tmp_path / "wrapper" / "bin" / "nvcc", f"exec '{tmp_path / 'cuda-12.4' / 'bin' / 'nvcc'}' \"$@\"\n")
-    facts = probe_toolkit(
+    facts = _no_deepspeed(probe_toolkit(
         path_env(tmp_path / "wrapper" / "bin"), torch_module=fake_torch("2.4.1+cu124", "12.4"),
         toolkit_glob=str(tmp_path / "cuda-*"), default_cuda_home=NOWHERE,
-    )
-    verdict = _status(judge_toolkit(facts), Status.WARN, "CUDA_HOME_WITHOUT_HEADERS")
+    ))
+    _status(judge_toolkit(facts), Status.SKIP)
+    verdict = _status(judge_toolkit(facts, ("deepspeed",)), Status.FAIL, "CUDA_HOME_WITHOUT_HEADERS")
     _names(verdict, str(tmp_path / "wrapper"), "12.4")
-    assert verdict.remediation == f"export CUDA_HOME={tmp_path / 'cuda-12.4'}   # CUDA 12.4 (V12.4.131) at {tmp_path / 'cuda-12.4' / 'bin' / 'nvcc'}, already installed"
+    assert verdict.remediation == (f"export CUDA_HOME={tmp_path / 'cuda-12.4'}   # CUDA 12.4 (V12.4.131) at "
+                                   f"{tmp_path / 'cuda-12.4' / 'bin' / 'nvcc'}, already installed")
 
 
 def test_toolkit_home_without_nvcc_and_broken_nvcc(tmp_path: Path) -> None:
     empty = tmp_path / "empty-cuda"
     empty.mkdir()
     facts = _facts(tmp_path, CUDA_HOME=str(empty))
-    _names(_status(judge_toolkit(facts), Status.WARN, "CUDA_HOME_WITHOUT_NVCC"), str(empty), "12.4")
+    _names(_status(judge_toolkit(facts), Status.SKIP), str(empty), "12.4", "not needed here")
+    _names(_status(judge_toolkit(facts, ("cpp-extensions",)), Status.FAIL, "CUDA_HOME_WITHOUT_NVCC"), str(empty))
     broken = tmp_path / "broken"
     write_executable(broken / "bin" / "nvcc", "echo 'error while loading shared libraries' >&2\nexit 127\n")
     facts = _facts(tmp_path / "b", CUDA_HOME=str(broken))
@@ -209,9 +231,32 @@ def test_toolkit_home_without_nvcc_and_broken_nvcc(tmp_path: Path) -> None:
     assert "shared libraries" in verdict.evidence["nvcc --version"]
 
 
-def test_toolkit_major_mismatch_warns(tmp_path: Path) -> None:
-    verdict = _status(judge_toolkit(_facts(tmp_path, home="13.0")), Status.WARN, "TOOLKIT_MAJOR_MISMATCH")
-    _names(verdict, "13.0", "12.4")
+def test_toolkit_major_mismatch_warns_of_two_runtimes_not_of_a_refusal(tmp_path: Path) -> None:
+    facts = _facts(tmp_path, home="13.0")
+    verdict = _status(judge_toolkit(facts, ("cpp-extensions",)), Status.WARN, "TOOLKIT_MAJOR_MISMATCH")
+    _names(verdict, "13.0", "12.4", "two CUDA runtimes in one process", "compiles and loads",
+           "ahead-of-time setup.py build (BuildExtension) refuses it")
+    assert "refuses to build" not in verdict.summary
+    _names(_status(judge_toolkit(facts), Status.SKIP), "two CUDA runtimes", "plain DDP/FSDP need no toolkit")
+
+
+def test_a_cpu_node_with_a_cuda_torch_needs_no_toolkit_for_deepspeed(tmp_path: Path) -> None:
+    """What .ci/old_torch.sh found: torch 2.4.1+cu121, nvcc 13.0, no GPU. DeepSpeed picks its CPU
+    accelerator there and builds C++ ops only, so the CUDA rules do not apply (a false NOT READY before)."""
+    facts = _with_deepspeed(_facts(tmp_path, torch_cuda="12.1", home="13.0"), version="0.19.8")
+    _names(_status(judge_deepspeed_cuda(facts, gpus=0), Status.SKIP), "cpu accelerator", "no CUDA device visible")
+    _names(_status(judge_toolkit(facts, gpus=0), Status.SKIP), "builds C++ ops only, without nvcc")
+    _status(judge_toolkit(facts, ("cpp-extensions",), gpus=0), Status.WARN, "TOOLKIT_MAJOR_MISMATCH")
+    _status(judge_deepspeed_cuda(facts, gpus=8), Status.FAIL, "DEEPSPEED_CUDA_MAJOR_MISMATCH")
+    forced = dataclasses.replace(facts, deepspeed=dataclasses.replace(facts.deepspeed, accelerator_env="cuda"))
+    _status(judge_deepspeed_cuda(forced, gpus=0), Status.FAIL, "DEEPSPEED_CUDA_MAJOR_MISMATCH")
+    bare = dataclasses.replace(_facts(tmp_path / "bare", torch_cuda="12.1", tools=False), deepspeed=facts.deepspeed)
+    _status(judge_build_tools(bare, gpus=0), Status.FAIL, "BUILD_TOOLS_MISSING")  # C++ ops still need both
+
+
+def test_toolkit_minor_mismatch_passes(tmp_path: Path) -> None:
+    verdict = _status(judge_toolkit(_facts(tmp_path, torch_cuda="12.8", home="12.4"), ("deepspeed",)), Status.PASS)
+    _names(verdict, "minor versions differ")
 
 
 # --- CUDA_HOME vs PATH -------------------------------------------------------------------------
@@ -237,6 +282,7 @@ def test_cuda_home_and_path_agree(tmp_path: Path) -> None:
 # --- DeepSpeed rule -----------------------------------------------------------------------------
 
 OLD_TABLE = DeepSpeedRule({11: ("11.0", "11.8"), 12: ("12.0", "12.1", "12.2", "12.3", "12.4", "12.5")}, True, "builder.py")
+OLD_TABLE_JIT_CHECKED = dataclasses.replace(OLD_TABLE, checked_in_jit=True)
 
 
 @pytest.mark.parametrize(
@@ -245,11 +291,13 @@ OLD_TABLE = DeepSpeedRule({11: ("11.0", "11.8"), 12: ("12.0", "12.1", "12.2", "1
         ("12.4", "12.4", None, Status.PASS, None),
         ("12.1", "12.4", None, Status.PASS, None),
         ("12.4", "12.8", None, Status.PASS, None),
-        ("12.4", "12.8", OLD_TABLE, Status.FAIL, "DEEPSPEED_CUDA_MISMATCH"),
-        ("13.0", "12.8", None, Status.FAIL, "DEEPSPEED_CUDA_MISMATCH"),
-        ("11.8", "12.1", None, Status.FAIL, "DEEPSPEED_CUDA_MISMATCH"),
+        ("12.4", "12.8", OLD_TABLE, Status.WARN, "DEEPSPEED_CUDA_MINOR_MISMATCH"),
+        ("12.4", "12.8", OLD_TABLE_JIT_CHECKED, Status.FAIL, "DEEPSPEED_CUDA_MISMATCH"),
+        ("13.0", "12.8", None, Status.FAIL, "DEEPSPEED_CUDA_MAJOR_MISMATCH"),
+        ("11.8", "12.1", None, Status.FAIL, "DEEPSPEED_CUDA_MAJOR_MISMATCH"),
     ],
-    ids=["equal", "minor-table", "minor-table-master", "minor-table-0.15", "major-13-vs-12", "major-11-vs-12"],
+    ids=["equal", "minor-table", "minor-table-master", "minor-refused-aot-only", "minor-refused-jit-checked",
+         "major-13-vs-12", "major-11-vs-12"],
 )
 def test_deepspeed_rule(tmp_path: Path, toolkit: str, torch_cuda: str, rule: DeepSpeedRule | None,
                         status: Status, code: str | None) -> None:
@@ -258,19 +306,42 @@ def test_deepspeed_rule(tmp_path: Path, toolkit: str, torch_cuda: str, rule: Dee
     _names(verdict, toolkit, torch_cuda)
 
 
-def test_deepspeed_skip_env_warns_and_old_versions_ignore_it(tmp_path: Path) -> None:
+def test_a_minor_mismatch_says_it_bites_only_ahead_of_time_builds(tmp_path: Path) -> None:
+    facts = _with_deepspeed(_facts(tmp_path, torch_cuda="12.8", home="12.4"), rule=OLD_TABLE)
+    verdict = _status(judge_deepspeed_cuda(facts), Status.WARN, "DEEPSPEED_CUDA_MINOR_MISMATCH")
+    _names(verdict, "JIT builds", "accept it", "ahead-of-time build (DS_BUILD_OPS=1", "CUDAMismatchException")
+    assert verdict.remediation is not None and verdict.remediation.startswith("Nothing to do for JIT builds")
+    assert "DS_SKIP_CUDA_CHECK=1 DS_BUILD_OPS=1 pip install" in verdict.remediation  # the path the variable acts on
+    skipped = _status(judge_deepspeed_cuda(_with_deepspeed(facts, skip="1", rule=OLD_TABLE)), Status.PASS)
+    _names(skipped, "DS_SKIP_CUDA_CHECK=1 (set)")
+
+
+def test_a_major_mismatch_fails_and_ds_skip_cuda_check_does_not_help(tmp_path: Path) -> None:
     facts = _facts(tmp_path, torch_cuda="12.8", home="13.0")
-    _names(_status(judge_deepspeed_cuda(_with_deepspeed(facts, skip="1")), Status.WARN, "DEEPSPEED_CUDA_CHECK_SKIPPED"), "13.0", "12.8")
-    no_escape = DeepSpeedRule({11: ("11.0", "11.8")}, False, "old builder.py")
-    ignored = _status(judge_deepspeed_cuda(_with_deepspeed(facts, "0.8.1", "1", no_escape)), Status.FAIL, "DEEPSPEED_CUDA_MISMATCH")
-    _names(ignored, "ignores it", "0.8.1")
+    plain = _status(judge_deepspeed_cuda(_with_deepspeed(facts)), Status.FAIL, "DEEPSPEED_CUDA_MAJOR_MISMATCH")
+    _names(plain, "13.0", "12.8", "JIT build at the first step links the CUDA 13 runtime")
+    assert plain.remediation is not None and "DS_SKIP_CUDA_CHECK" not in plain.remediation
+    skipped = _status(judge_deepspeed_cuda(_with_deepspeed(facts, skip="1")), Status.FAIL,
+                      "DEEPSPEED_CUDA_MAJOR_MISMATCH")
+    _names(skipped, "DS_SKIP_CUDA_CHECK=1 does not change this")
     assert _with_deepspeed(facts, skip="true").deepspeed.skip_enabled is False
+
+
+def test_old_deepspeed_that_checks_in_jit_honours_or_ignores_the_escape(tmp_path: Path) -> None:
+    facts = _facts(tmp_path, torch_cuda="12.8", home="12.4")
+    warned = _status(judge_deepspeed_cuda(_with_deepspeed(facts, skip="1", rule=OLD_TABLE_JIT_CHECKED)), Status.WARN,
+                     "DEEPSPEED_CUDA_CHECK_SKIPPED")
+    _names(warned, "12.4", "12.8")
+    no_escape = DeepSpeedRule({11: ("11.0", "11.8")}, False, "old builder.py", checked_in_jit=True)
+    ignored = _status(judge_deepspeed_cuda(_with_deepspeed(facts, "0.8.1", "1", no_escape)), Status.FAIL,
+                      "DEEPSPEED_CUDA_MISMATCH")
+    _names(ignored, "ignores it", "0.8.1")
 
 
 def test_deepspeed_mismatch_points_at_matching_toolkit(tmp_path: Path) -> None:
     fake_toolkit(tmp_path / "cuda-12.8", "12.8")
     facts = _with_deepspeed(_facts(tmp_path, torch_cuda="12.8", home="13.0"))
-    verdict = _status(judge_deepspeed_cuda(facts), Status.FAIL, "DEEPSPEED_CUDA_MISMATCH")
+    verdict = _status(judge_deepspeed_cuda(facts), Status.FAIL, "DEEPSPEED_CUDA_MAJOR_MISMATCH")
     assert verdict.remediation is not None and verdict.remediation.startswith(f"export CUDA_HOME={tmp_path / 'cuda-12.8'}")
 
 
@@ -281,6 +352,19 @@ def test_deepspeed_skips(tmp_path: Path) -> None:
     _status(judge_deepspeed_cuda(_with_deepspeed(_facts(tmp_path / "n"))), Status.SKIP)
 
 
+def test_the_installed_deepspeed_rule_is_read_from_its_own_builder() -> None:
+    """The real DeepSpeed of the test extras: its table, its escape, and no version check on the JIT path."""
+    import importlib.metadata
+    import os
+
+    from preflight.probe.deepspeed import probe_deepspeed
+
+    facts = probe_deepspeed(dict(os.environ))
+    assert facts.version == importlib.metadata.version("deepspeed") and facts.rule is not None, facts
+    assert facts.rule.honours_skip_env and "13" not in {str(k) for k in facts.rule.minor_mismatch_ok}
+    assert facts.rule.minor_mismatch_ok[12][-1] == "12.9" and facts.rule.checked_in_jit is False
+
+
 _DS_TEXT = re.compile(r"Installed CUDA version (\d+\.\d+) does not match the version torch was compiled with (\d+\.\d+)")
 
 
@@ -289,7 +373,8 @@ _DS_TEXT = re.compile(r"Installed CUDA version (\d+\.\d+) does not match the ver
     [
         ("error-deepspeed-CUDAMismatchException-12.2-vs-11.7.txt", None, Status.FAIL),
         ("warning-deepspeed-minor-mismatch-accepted-11.7-vs-11.8-cpu_adam.txt", None, Status.PASS),
-        ("error-deepspeed-old-Exception-12.3-vs-12.1.txt", DeepSpeedRule({11: ("11.0", "11.8")}, False, "old"), Status.FAIL),
+        ("error-deepspeed-old-Exception-12.3-vs-12.1.txt",
+         DeepSpeedRule({11: ("11.0", "11.8")}, False, "old", checked_in_jit=True), Status.FAIL),
     ],
 )
 def test_deepspeed_rule_agrees_with_real_messages(tmp_path: Path, shared_fixtures: Path, name: str,
@@ -330,12 +415,53 @@ def test_deepspeed_prebuilt_ops_for_other_cuda(tmp_path: Path) -> None:
         facts, deepspeed=DeepSpeedFacts("0.14.4", None, prebuilt_ops=("cpu_adam", "fused_adam"), prebuilt_cuda="11.8")
     )
     verdict = _status(judge_deepspeed_cuda(prebuilt), Status.FAIL, "DEEPSPEED_PREBUILT_CUDA_MISMATCH")
-    _names(verdict, "11.8", "12.4", "cpu_adam")
+    _names(verdict, "11.8", "12.4", "cpu_adam", "CUDA version mismatch!")
     same = dataclasses.replace(
         facts, deepspeed=DeepSpeedFacts("0.14.4", None, prebuilt_ops=("cpu_adam",), prebuilt_cuda="12.4")
     )
     passed_verdict = _status(judge_deepspeed_cuda(same), Status.PASS)
     assert passed_verdict.evidence["pre-built ops (not JIT-built)"] == "cpu_adam"
+
+
+def test_deepspeed_prebuilt_for_another_torch_is_the_real_version_mismatch(tmp_path: Path) -> None:
+    """builder.py validate_torch_version: the install's torch major.minor against the running one."""
+    facts = _facts(tmp_path, torch_cuda="12.4")  # no toolkit at all: pre-built ops need none
+    ds = DeepSpeedFacts("0.19.8", None, prebuilt_ops=("fused_adam",), prebuilt_cuda="12.4", prebuilt_torch="2.3",
+                        prebuilt_accelerator="cuda")
+    verdict = _status(judge_deepspeed_cuda(dataclasses.replace(facts, deepspeed=ds)), Status.FAIL,
+                      "DEEPSPEED_PREBUILT_TORCH_MISMATCH")
+    _names(verdict, "torch 2.3", "2.4.1+cu124", "PyTorch version mismatch!")
+    fine = dataclasses.replace(facts, deepspeed=dataclasses.replace(ds, prebuilt_torch="2.4"))
+    _names(_status(judge_deepspeed_cuda(fine), Status.PASS), "pre-built ops (fused_adam)", "no toolkit needed")
+    other = dataclasses.replace(facts, deepspeed=dataclasses.replace(ds, prebuilt_accelerator="cpu"))
+    _status(judge_deepspeed_cuda(other), Status.SKIP)  # built for the CPU accelerator: ignored, JIT on cuda
+
+
+def test_build_tools_are_not_needed_for_prebuilt_ops(tmp_path: Path) -> None:
+    bare = _facts(tmp_path, tools=False)
+    ds = DeepSpeedFacts("0.19.8", None, prebuilt_ops=("cpu_adam", "fused_adam"), prebuilt_torch="2.4",
+                        prebuilt_accelerator="cuda")
+    _names(_status(judge_build_tools(dataclasses.replace(bare, deepspeed=ds)), Status.PASS),
+           "without ninja or a compiler")
+    _status(judge_build_tools(dataclasses.replace(bare, deepspeed=ds), ("cpp-extensions",)), Status.FAIL,
+            "BUILD_TOOLS_MISSING")
+
+
+@pytest.mark.parametrize(
+    ("value", "gpus", "status", "code"),
+    [(None, 8, Status.PASS, None), ("cpu", 8, Status.WARN, "DEEPSPEED_ACCELERATOR_CPU"), ("cpu", 0, Status.PASS, None),
+     ("cuda", 8, Status.PASS, None), ("cuda", 0, Status.WARN, "DEEPSPEED_ACCELERATOR_CUDA_WITHOUT_GPU"),
+     ("tpu", 8, Status.FAIL, "DEEPSPEED_ACCELERATOR_UNKNOWN"),
+     ("xpu", 8, Status.WARN, "DEEPSPEED_ACCELERATOR_OVERRIDDEN")],
+)
+def test_ds_accelerator_inherited_from_the_environment(tmp_path: Path, value: str | None, gpus: int, status: Status,
+                                                       code: str | None) -> None:
+    facts = dataclasses.replace(_facts(tmp_path), deepspeed=DeepSpeedFacts("0.19.8", None, accelerator_env=value))
+    verdict = _status(judge_deepspeed_accelerator(facts, gpus), status, code)
+    if code == "DEEPSPEED_ACCELERATOR_CPU":
+        _names(verdict, "8 GPU(s)", "CPU_Accelerator", "trains on the CPU")
+        assert verdict.remediation is not None and verdict.remediation.startswith("unset DS_ACCELERATOR")
+    _status(judge_deepspeed_accelerator(_facts(tmp_path / "none"), gpus), Status.SKIP)
 
 
 def test_cuda_from_nvml() -> None:
@@ -354,6 +480,6 @@ def test_major_mismatch_reported_before_missing_headers(tmp_path: Path) -> None:
         path_env(root / "bin"), torch_module=fake_torch("2.9.0+cu128", "12.8"),
         toolkit_glob=str(tmp_path / "cuda-*"), default_cuda_home=NOWHERE,
     )
-    verdict = _status(judge_toolkit(facts), Status.WARN, "TOOLKIT_MAJOR_MISMATCH")
+    verdict = _status(judge_toolkit(_no_deepspeed(facts), ("deepspeed",)), Status.WARN, "TOOLKIT_MAJOR_MISMATCH")
     _names(verdict, "13.0", "12.8", "cuda_runtime_api.h is missing too")
     assert verdict.remediation is not None and verdict.remediation.startswith(f"export CUDA_HOME={tmp_path / 'cuda-12.8'}")

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -19,6 +21,7 @@ from preflight.probe.toolkit import (
     probe_torch,
     resolve_cuda_home,
 )
+from tests.conftest import REPO_ROOT
 from tests.toolkit_fakes import (
     NVCC_CAPTURES,
     capture,
@@ -212,6 +215,20 @@ def assert_no_cuda_mismatch(name=""):
         return True
 """
 OLD_BUILDER = "def assert_no_cuda_mismatch():\n    pass\n"
+JIT_CHECKING_BUILDER = """
+def assert_no_cuda_mismatch(name=""):
+    pass
+class TorchCPUOpBuilder:
+    def is_cuda_enable(self):
+        try:
+            assert_no_cuda_mismatch(self.name)
+            return '-D__ENABLE_CUDA__'
+        except BaseException:
+            return '-D__DISABLE_CUDA__'
+class CUDAOpBuilder:
+    def builder(self):
+        assert_no_cuda_mismatch(self.name)
+"""
 
 
 def test_parse_deepspeed_rule_variants() -> None:
@@ -225,6 +242,11 @@ def test_parse_deepspeed_rule_variants() -> None:
     assert "unknown DeepSpeed layout" in (parse_deepspeed_rule("x = 1\n", "y.py")[1] or "")
     dynamic = "cuda_minor_mismatch_ok = make()\ndef assert_no_cuda_mismatch(): pass\n"
     assert "not a literal" in (parse_deepspeed_rule(dynamic, "z.py")[1] or "")
+    jit, _ = parse_deepspeed_rule(JIT_CHECKING_BUILDER, "older.py")  # an older layout (is_cuda_enable)
+    assert jit is not None and jit.checked_in_jit
+    builder_only = "class CUDAOpBuilder:\n    def builder(self):\n        assert_no_cuda_mismatch()\n"
+    aot_only, _ = parse_deepspeed_rule(JIT_CHECKING_BUILDER.split("class TorchCPUOpBuilder")[0] + builder_only, "new.py")
+    assert aot_only is not None and not aot_only.checked_in_jit
 
 
 def test_probe_deepspeed_reads_files_without_importing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -237,11 +259,18 @@ def test_probe_deepspeed_reads_files_without_importing(tmp_path: Path, monkeypat
     assert facts.skip_enabled
     assert facts.rule is not None and facts.rule.minor_mismatch_ok[12] == ("12.0", "12.1", "12.4")
     assert facts.prebuilt_ops == ("cpu_adam",) and facts.prebuilt_cuda == "12.1"
+    assert facts.prebuilt_torch == "2.4" and facts.prebuilt_accelerator == "cuda"
+    assert probe_deepspeed({"DS_ACCELERATOR": "cpu"}).accelerator_env == "cpu"
 
 
 def test_probe_deepspeed_absent_and_skip_spelling(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    facts = probe_deepspeed({"DS_SKIP_CUDA_CHECK": "true"})
-    assert not facts.installed and facts.skip_cuda_check == "true" and not facts.skip_enabled
+    # an interpreter without site-packages has no DeepSpeed (the test environment's own is installed for
+    # the ZeRO tests): python -S, so this process's sys.path stays as it is
+    code = ("import sys; sys.path.insert(0, sys.argv[1]); from preflight.probe.deepspeed import probe_deepspeed; "
+            "f = probe_deepspeed({'DS_SKIP_CUDA_CHECK': 'true'}); print(f.installed, f.skip_cuda_check, f.skip_enabled)")
+    answer = subprocess.run([sys.executable, "-S", "-c", code, str(REPO_ROOT)], capture_output=True, text=True,
+                            timeout=60)
+    assert answer.stdout.split() == ["False", "true", "False"], answer.stderr
     site = fake_deepspeed(tmp_path / "site", "0.9.0", None)
     monkeypatch.syspath_prepend(str(site))
     missing_rule = probe_deepspeed({})

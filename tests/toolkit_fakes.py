@@ -67,9 +67,13 @@ def fake_torch(version: str, cuda: str | None, arch: str = "", nccl: tuple[Any, 
 
 
 def fake_deepspeed(
-    site: Path, version: str, builder_source: str | None, installed_ops: str | None = None, built_cuda: str = "0.0"
+    site: Path, version: str, builder_source: str | None, installed_ops: str | None = None, built_cuda: str = "0.0",
+    built_torch: str = "2.4", accelerator: str = "cuda",
 ) -> Path:
-    """An installed-looking DeepSpeed under ``site`` (dist-info + package files, never importable)."""
+    """An installed-looking DeepSpeed under ``site`` (dist-info + package files, never importable).
+
+    ``git_version_info_installed.py`` has the lines DeepSpeed 0.19.8's setup.py writes (version,
+    git_hash, git_branch, installed_ops, accelerator_name, torch_info), in that order."""
     info = site / f"deepspeed-{version}.dist-info"
     info.mkdir(parents=True, exist_ok=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: deepspeed\nVersion: {version}\n")
@@ -80,8 +84,10 @@ def fake_deepspeed(
         (package / "ops" / "op_builder" / "builder.py").write_text(builder_source)
     if installed_ops is not None:
         (package / "git_version_info_installed.py").write_text(
-            f"version = '{version}'\ninstalled_ops = {installed_ops}\n"
-            f"torch_info = {{'version': '2.4', 'cuda_version': '{built_cuda}', 'hip_version': '0.0'}}\n"
+            f"version='{version}'\ngit_hash='unknown'\ngit_branch='unknown'\ninstalled_ops={installed_ops}\n"
+            f"accelerator_name='{accelerator}'\n"
+            f"torch_info={{'version': '{built_torch}', 'bf16_support': False, 'cuda_version': '{built_cuda}', "
+            f"'nccl_version': '0.0', 'hip_version': '0.0'}}\n"
         )
     return site
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from preflight.judge.job_environment import EVIDENCE_NAMES, JobEnvFinding, job_environment_findings
 from preflight.outcome import Metric, Verdict, passed, skip, warn
 from preflight.probe.host_pcie import PcieFacts
 from preflight.probe.host_processes import PREFLIGHT_RUN, PortFacts, TrainingProcess
@@ -133,21 +134,35 @@ def env_findings(env: Mapping[str, str], *, ranks: int, cores_per_rank: float | 
                                 f"unset, so torchrun sets it to 1 for each of the {ranks} ranks: CPU-side torch work "
                                 f"uses 1 of the {threads} cores each rank has",
                                 f"export OMP_NUM_THREADS={threads}"))
+    found += [EnvFinding(f.variable, f.value, f.why, f.fix)
+              for f in job_environment_findings(env, ranks=ranks, cores_per_rank=cores_per_rank) if f.warns]
     return found
+
+
+def env_notes(env: Mapping[str, str]) -> list[JobEnvFinding]:
+    """Variables worth a word that do not change the job (``MASTER_PORT`` under ``--standalone``)."""
+    return [f for f in job_environment_findings(env, ranks=1, cores_per_rank=None) if not f.warns]
 
 
 def judge_environment(env: Mapping[str, str], *, ranks: int, cores_per_rank: float | None) -> Verdict:
     """WARN for variables left set that slow or break a job, each with why."""
-    relevant = {k: v for k, v in sorted(env.items()) if k.startswith(("NCCL_", "TORCH_NCCL_", "CUDA_LAUNCH", "OMP_"))}
+    relevant = {k: v for k, v in sorted(env.items())
+                if k.startswith(("NCCL_", "TORCH_NCCL_", "CUDA_LAUNCH", "OMP_")) or k in EVIDENCE_NAMES}
     evidence = {"environment": "\n".join(f"{k}={v}" for k, v in relevant.items()) or "no NCCL_/OMP_ variables set"}
     findings = env_findings(env, ranks=ranks, cores_per_rank=cores_per_rank)
+    notes = env_notes(env)
+    noted = "".join(f"; noted: {_described(f.variable, f.value, f.why)}" for f in notes)
     if not findings:
-        return passed("no environment variables that slow or break a job", evidence=evidence)
-    described = "; ".join(
-        f"{f.variable}{'=' + f.value if f.value is not None else ''}: {f.why}" for f in findings
-    )
-    return warn("ENV_HYGIENE", described, "; ".join(dict.fromkeys(f.fix for f in findings)),
-                evidence=evidence, details={"variables": [f.variable for f in findings]})
+        return passed("no environment variables that slow or break a job" + noted, evidence=evidence,
+                      details={"variables": [], "noted": [f.variable for f in notes]})
+    described = "; ".join(_described(f.variable, f.value, f.why) for f in findings)
+    return warn("ENV_HYGIENE", described + noted, "; ".join(dict.fromkeys(f.fix for f in findings)),
+                evidence=evidence, details={"variables": [f.variable for f in findings],
+                                            "noted": [f.variable for f in notes]})
+
+
+def _described(variable: str, value: str | None, why: str) -> str:
+    return f"{variable}{'=' + value if value is not None else ''}: {why}"
 
 
 def pcie_evidence(facts: PcieFacts) -> dict[str, str]:

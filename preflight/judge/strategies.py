@@ -1,9 +1,14 @@
 """Judging a strategy rehearsal (FSDP2, ZeRO-1/2/3): every rank finished, the loss is finite and
 falls, ranks agree where they must, and the checkpoint round trip gives back exactly what was saved.
 
-Launch failures reuse :func:`preflight.judge.ddp.judge_launch_failure`, except two that need their
-own words: a hang inside a checkpoint save or load (saves are collectives) and a DeepSpeed op that
-could not be built (the compiler's message is quoted).
+Launch failures reuse :func:`preflight.judge.ddp.judge_launch_failure`, except three that need their
+own words: a hang inside a checkpoint save or load (saves are collectives), a DeepSpeed op that
+could not be built (the compiler's message is quoted) and ranks still compiling a DeepSpeed op at
+the deadline (a slow first build, not a hung rank: no NCCL advice).
+
+Where a strategy cannot run is decided here too: ZeRO needs DeepSpeed (it runs on CPU ranks too:
+DeepSpeed 0.19.8 picks its CPU_Accelerator without CUDA, gloo without oneCCL, and JIT-builds its
+CPU ops with the C++ compiler); FSDP2 on CPU ranks needs torch 2.7 (see :data:`FSDP2_CPU_MIN_TORCH`).
 """
 
 from __future__ import annotations
@@ -13,9 +18,11 @@ import math
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
+from packaging.version import InvalidVersion, Version
+
 from preflight.judge.ddp import judge_launch_failure, judge_not_run
-from preflight.launch.outcome import PhaseResult
-from preflight.launch.outcome import RankOutcome
+from preflight.judge.op_build import OP_BUILD_FIX, SLOW_FIX
+from preflight.launch.outcome import PhaseResult, RankOutcome
 from preflight.outcome import Metric, Verdict, View, fail, passed, warn
 from preflight.parse.op_build import find_op_build_failure
 from preflight.workers import phases
@@ -29,10 +36,11 @@ SAVE_HANG_FIX = ("Checkpoint saves and loads are collectives: call them on every
                  "engine.save_checkpoint, accelerator.save_state), never inside `if rank == 0:`; a save "
                  "called on rank 0 only hangs every rank until the process-group timeout. If every rank does "
                  "call it, check the checkpoint directory's disk (free space, a stalled network mount).")
-OP_BUILD_FIX = ("DeepSpeed compiles its ops at the first step with ninja, a C++ compiler and nvcc from "
-                "CUDA_HOME: install the CUDA toolkit whose major.minor matches torch.version.cuda (see the toolkit "
-                "check), ninja and g++, or install DeepSpeed with its ops pre-built (DS_BUILD_OPS=1 pip install "
-                "deepspeed).")
+FSDP2_CPU_MIN_TORCH = (2, 7)
+"""FSDP2 on CPU ranks fails before torch 2.7 (issue 14, run on gloo ranks with the registry's wheels;
+2.4.1 re-run by ``.ci/old_torch.sh``): 2.4.1 calls ``torch.cuda.Stream(priority=...)`` in
+``FSDPCommContext.init`` (``torch/distributed/_composable/fsdp/_fsdp_param_group.py``),
+2.5.1 raises "FSDP requires CUDA for streams", 2.6.0 fails at ``Stream.record_event``; 2.7.1 runs it."""
 NUMPY_FIX = ("Install numpy in the job's environment (pip install numpy): torch.distributed.checkpoint and every "
              "*_object collective convert through it, so the job's first checkpoint save would crash.")
 LOSS_FIX = ("A tiny model on a fixed batch must learn: a NaN/Inf or a loss that does not fall points at a faulty "
@@ -47,17 +55,28 @@ FP32_TOLERANCE = 1e-6
 BF16_TOLERANCE = 1e-3
 
 
-def strategy_unavailable(strategy: str, *, deepspeed_version: str | None, gpus: int) -> str | None:
+def _release(version: str | None) -> tuple[int, ...] | None:
+    try:
+        return Version(version).release if version else None
+    except InvalidVersion:
+        return None
+
+
+def strategy_unavailable(strategy: str, *, deepspeed_version: str | None, gpus: int,
+                         torch_version: str | None = None) -> str | None:
     """Why ``strategy`` cannot be rehearsed here (the SKIP reason), or None when it can."""
+    title = TITLES.get(strategy, strategy)
+    if strategy == "fsdp" and gpus < 1:
+        release = _release(torch_version)
+        if release is not None and release[:2] < FSDP2_CPU_MIN_TORCH:
+            return (f"{title} not rehearsed: torch {torch_version} cannot run FSDP2 on CPU ranks (before torch 2.7 "
+                    "fully_shard needs CUDA streams: 2.4 calls torch.cuda.Stream, 2.5 raises 'FSDP requires CUDA for "
+                    "streams', 2.6 fails at Stream.record_event); on GPU ranks it is rehearsed")
     if strategy not in ZERO_STRATEGIES:
         return None
-    title = TITLES[strategy]
     if deepspeed_version is None:
         return (f"{title} not rehearsed: DeepSpeed is not installed in this environment "
                 "(pip install deepspeed, then run with --strategy zero1,zero2,zero3)")
-    if gpus < 1:
-        return (f"{title} not rehearsed: DeepSpeed {deepspeed_version} trains on CUDA GPUs and none is visible; "
-                "on gloo CPU ranks only DDP and FSDP2 are rehearsed")
     return None
 
 
@@ -71,7 +90,7 @@ def rehearsal_pointer(strategy: str | None, selected: Iterable[str], fitting: It
     if strategy in chosen:
         what = "one step on every rank" if strategy == "ddp" else "a few steps and a checkpoint round trip"
         return f"{title} is rehearsed in this run by {CHECK_IDS[strategy]} ({what})."
-    needs = " (needs DeepSpeed and GPUs)" if strategy in ZERO_STRATEGIES else ""
+    needs = " (needs DeepSpeed)" if strategy in ZERO_STRATEGIES else ""
     pointer = f"{title} is not rehearsed in this run: add --strategy {strategy}{needs} to run a tiny step with it."
     also = [name for name in fitting if name in chosen and name != strategy and name in TITLES]
     if also:
@@ -137,6 +156,14 @@ def judge_strategy_failure(launch: PhaseResult, strategy: str) -> Verdict | None
         return stopped
     evidence = launch.evidence()
     hung = [r for r in launch.ranks if r.state == "hung"]
+    building = [r for r in hung if (r.last_phase or "").startswith(phases.OP_LOAD)]
+    if building:
+        where = building[0].last_phase or phases.OP_LOAD
+        op = where.split(": ", 1)[1] if ": " in where else "its ops"
+        return warn(f"{prefix}_OP_BUILD_UNFINISHED",
+                    f"{title}: {_ranks([r.rank for r in building])} were still loading DeepSpeed's {op} (a JIT build "
+                    f"when it is not built yet) when the launch was killed at its {launch.deadline_s:.0f} s deadline: "
+                    "a slow op build, not a hung rank", SLOW_FIX, evidence=evidence)
     in_checkpoint = [r for r in hung if r.last_phase in phases.CHECKPOINT_PHASES]
     if in_checkpoint:
         phase = in_checkpoint[0].last_phase
@@ -221,6 +248,12 @@ def judge_strategy(launch: PhaseResult, strategy: str) -> Verdict:
                f"(slowest rank); checkpoint of {_megabytes(checkpoint.get('bytes'))} saved by every rank and loaded "
                f"back exactly ({checkpoint.get('tensors', '?')} tensors per rank, save "
                f"{_max(results, 'save_s'):.2f} s, load {_max(results, 'load_s'):.2f} s)")
+    if first.get("accelerator"):
+        ops = first.get("ops") or []
+        loaded = (f", its ops ({', '.join(str(op.get('op')) for op in ops)}) loaded in "
+                  f"{max(sum(float(op.get('seconds') or 0) for op in r.get('ops') or []) for r in results):.1f} s"
+                  if ops else "")
+        summary += f"; DeepSpeed's {first['accelerator']} accelerator{loaded}"
     return passed(summary, metrics=tuple(strategy_metrics(launch, results)), views=(table,),
                   details={"strategy": strategy, "api": first.get("api"), "precision": first.get("precision"),
                            "config": first.get("config")})

@@ -28,6 +28,7 @@ from typing import Protocol
 from preflight.launch.outcome import FINISHED, NOT_RUN, LaunchResult, PhaseResult, RankOutcome
 from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import RunningLaunch, start
+from preflight.report.writer import PRIVATE_DIR_MODE
 from preflight.workers.common import result_name
 
 MIN_LAUNCH_S = 8.0  # less than this left of the run's deadline: a launch is not started
@@ -110,6 +111,8 @@ class Rehearsal:
             return None
         run_dir = self.logs_dir / name
         shutil.rmtree(run_dir, ignore_errors=True)
+        for private in (self.logs_dir, run_dir):  # the ranks' raw output is the user's alone
+            private.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
         launch = start(plan, run_dir=run_dir, deadline_s=deadline, cut_reason=reason, python=self.python)
         if self._gate_open:
             launch.open_gate()

@@ -43,6 +43,7 @@ from preflight.launch.outcome import (
 )
 from preflight.launch.plan import LaunchPlan
 from preflight.locations import PACKAGE_DIR
+from preflight.report.redact import redact_files
 from preflight.workers.common import (
     BACKEND_ENV,
     PG_TIMEOUT_ENV,
@@ -128,6 +129,7 @@ class RunningLaunch:
         finally:
             leftovers = stop(self.proc, self.run_dir)
         duration = time.monotonic() - self.started
+        redact_files(self.run_dir)  # the ranks wrote raw: scrubbed before anything reads what they left
         log = _read(self.run_dir / "torchrun.log")
         tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
         phases = read_phases(self.plan, self.run_dir, log, tail, hung=hung, cut=cut,
@@ -245,6 +247,8 @@ def launch_script(script: Path, *, nproc: int, run_dir: Path, deadline_s: float,
             time.sleep(POLL_S)
     finally:
         leftovers = stop(proc, run_dir)
+    duration = time.monotonic() - started
+    redact_files(run_dir)  # the script's ranks wrote raw: scrubbed before anything reads what they left
     log = _read(run_dir / "torchrun.log")
     tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
     exitcodes = failure_exitcodes(log)
@@ -252,7 +256,7 @@ def launch_script(script: Path, *, nproc: int, run_dir: Path, deadline_s: float,
     ranks = tuple(_script_rank(run_dir, rank, exitcodes.get(rank), root, timed_out, proc.returncode)
                   for rank in range(nproc))
     return ScriptResult(nproc=nproc, ranks=ranks, timed_out=timed_out, returncode=proc.returncode,
-                        duration_s=time.monotonic() - started, deadline_s=deadline_s, run_dir=run_dir,
+                        duration_s=duration, deadline_s=deadline_s, run_dir=run_dir,
                         launcher_tail=tail, root=root, leftovers=tuple(leftovers))
 
 

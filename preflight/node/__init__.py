@@ -53,6 +53,10 @@ class _Background(Generic[T]):
         self._thread.join()
         return self._found[0]
 
+    def ready(self) -> bool:
+        """Whether :meth:`get` would answer at once."""
+        return not self._thread.is_alive()
+
 
 @dataclass(frozen=True, slots=True)
 class Job:
@@ -207,9 +211,16 @@ class Node:
             "on_pci_bus": self.pci_gpus.count,
         }
 
-    def as_dict(self) -> dict[str, Any]:
-        """The node model's sections of the report."""
-        return {"torch": self.torch.as_dict(), "job": self.job.as_dict(), "gpus": self.gpus_section()}
+    def as_dict(self, *, wait: bool = True) -> dict[str, Any]:
+        """The node model's sections of the report. With ``wait`` off (a run interrupted at its start) a
+        torch probe still running is not waited for: torch is "not known" and the job decided without it."""
+        if wait or self._torch.ready():
+            torch, job = self.torch, self.job
+        else:
+            torch = JobTorch(python=self.transports.python,
+                             problem="not known: the run was interrupted before the job's torch answered")
+            job = decide_job(torch, self.job_gpus, self.nproc, self.cpu_rehearsal)
+        return {"torch": torch.as_dict(), "job": job.as_dict(), "gpus": self.gpus_section()}
 
     @property
     def can_rehearse(self) -> bool:

@@ -44,6 +44,8 @@ class JobTorch:
     bf16_excludes_emulation: bool = False  # ``is_bf16_supported(including_emulation=False)`` exists
     numpy_problem: str | None = None
     wheels: Mapping[str, str] = field(default_factory=dict)
+    deepspeed_version: str | None = None  # the job's DeepSpeed (package metadata), None when absent
+    deepspeed_roots: tuple[str, ...] = ()  # folders holding its files (its build rule, pre-built ops)
     problem: str | None = None
 
     @property
@@ -75,7 +77,8 @@ class JobTorch:
 def from_child_output(python: str, data: Mapping[str, Any]) -> JobTorch:
     """The facts from the child's JSON."""
     base = JobTorch(python=str(data.get("python") or python), python_version=data.get("python_version"),
-                    wheels={str(k): str(v) for k, v in dict(data.get("wheels") or {}).items()})
+                    wheels={str(k): str(v) for k, v in dict(data.get("wheels") or {}).items()},
+                    **_deepspeed_fields(data.get("deepspeed")))
     if data.get("import_error") or not data.get("version"):
         return replace(base, problem=f"import torch failed: {data.get('import_error') or 'no version'}")
     nccl = data.get("nccl")
@@ -87,6 +90,13 @@ def from_child_output(python: str, data: Mapping[str, Any]) -> JobTorch:
         distributed=bool(data.get("distributed")), fsdp2_api=data.get("fsdp2_api"),
         bf16_excludes_emulation=bool(data.get("bf16_arg_including_emulation")),
         numpy_problem=data.get("numpy"))
+
+
+def _deepspeed_fields(found: Any) -> dict[str, Any]:
+    if not isinstance(found, Mapping) or not found.get("version"):
+        return {}
+    return {"deepspeed_version": str(found["version"]),
+            "deepspeed_roots": tuple(str(r) for r in found.get("roots") or ())}
 
 
 def read_job_torch(transports: Transports, timeout_s: float = TIMEOUT_S) -> JobTorch:

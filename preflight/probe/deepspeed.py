@@ -4,7 +4,10 @@ Importing ``deepspeed`` selects an accelerator and can touch CUDA, so the versio
 package metadata and the rule from ``op_builder/builder.py`` parsed with :mod:`ast`: the
 ``cuda_minor_mismatch_ok`` table (it grew release by release: DeepSpeed 0.15.0 lists 12.0-12.5,
 master in 2025 lists 12.0-12.6, 12.8, 12.9) and whether the file knows ``DS_SKIP_CUDA_CHECK``
-(added by DeepSpeed PR #3436). ``git_version_info_installed.py`` says which ops were pre-built.
+(added by DeepSpeed PR #3436). ``git_version_info_installed.py`` (written by DeepSpeed's
+``setup.py``) says which ops were pre-built (``installed_ops``), for which accelerator
+(``accelerator_name``) and against which torch (``torch_info``: ``version`` is torch's
+``major.minor``, ``cuda_version`` its CUDA ``major.minor``, ``"0.0"`` when not recorded).
 """
 
 from __future__ import annotations
@@ -28,6 +31,10 @@ class DeepSpeedRule:
     minor_mismatch_ok: Mapping[int, tuple[str, ...]]
     honours_skip_env: bool
     source: str
+    checked_in_jit: bool = False
+    """``assert_no_cuda_mismatch`` is called outside ``builder()`` too (older releases called it from
+    the JIT path, e.g. ``is_cuda_enable``); in 0.19.8 only ``CUDAOpBuilder.builder()`` calls it, the
+    ahead-of-time path, so a JIT build never compares CUDA versions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,12 @@ class DeepSpeedFacts:
     """Ops compiled into the wheel (``DS_BUILD_OPS=1``): not JIT-built, no toolkit needed."""
     prebuilt_cuda: str | None = None
     """``torch_info["cuda_version"]`` the pre-built ops were compiled for; None when not recorded."""
+    prebuilt_torch: str | None = None
+    """``torch_info["version"]`` (torch ``major.minor``) DeepSpeed was installed against; None when not recorded."""
+    prebuilt_accelerator: str | None = None
+    """``accelerator_name`` of the install: pre-built ops load only on that accelerator."""
+    accelerator_env: str | None = None
+    """``DS_ACCELERATOR`` as set in the environment (it overrides DeepSpeed's own detection)."""
 
     @property
     def installed(self) -> bool:
@@ -54,26 +67,39 @@ class DeepSpeedFacts:
         return self.skip_cuda_check == "1"
 
 
-def probe_deepspeed(env: Mapping[str, str]) -> DeepSpeedFacts:
-    """DeepSpeed's version (package metadata), its CUDA rule and pre-built ops (its files)."""
-    skip = env.get("DS_SKIP_CUDA_CHECK")
+def installed_here() -> tuple[str | None, list[Path]]:
+    """DeepSpeed's version and the folders holding its files in this interpreter (no import)."""
     try:
         dist = importlib.metadata.distribution("deepspeed")
     except importlib.metadata.PackageNotFoundError:
-        return DeepSpeedFacts(version=None, skip_cuda_check=skip)
+        return None, []
     roots = [Path(str(dist.locate_file("")))]
     spec = importlib.util.find_spec("deepspeed")  # top-level: finds, does not execute
     if spec is not None and spec.submodule_search_locations:
         roots.extend(Path(location).parent for location in spec.submodule_search_locations)
+    return dist.version, roots
+
+
+def probe_deepspeed(env: Mapping[str, str], located: tuple[str | None, list[Path]] | None = None) -> DeepSpeedFacts:
+    """DeepSpeed's version (package metadata), its CUDA rule and pre-built ops (its files). ``located``
+    is where the job's interpreter found it (``--python``); by default this interpreter is asked."""
+    skip = env.get("DS_SKIP_CUDA_CHECK")
+    accelerator_env = env.get("DS_ACCELERATOR")
+    version, roots = located if located is not None else installed_here()
+    if version is None:
+        return DeepSpeedFacts(version=None, skip_cuda_check=skip, accelerator_env=accelerator_env)
     rule, problem = _read_rule(roots)
-    prebuilt, built_with_cuda = _read_install_info(roots)
+    install = _read_install_info(roots)
     return DeepSpeedFacts(
-        version=dist.version,
+        version=version,
         skip_cuda_check=skip,
         rule=rule,
         rule_problem=problem,
-        prebuilt_ops=prebuilt,
-        prebuilt_cuda=built_with_cuda,
+        prebuilt_ops=install.ops,
+        prebuilt_cuda=install.cuda,
+        prebuilt_torch=install.torch,
+        prebuilt_accelerator=install.accelerator,
+        accelerator_env=accelerator_env,
     )
 
 
@@ -104,25 +130,54 @@ def parse_deepspeed_rule(source: str, origin: str) -> tuple[DeepSpeedRule | None
                 table = {int(major): tuple(str(v) for v in versions) for major, versions in value.items()}
             except (ValueError, TypeError, AttributeError):
                 return None, f"{origin}: cuda_minor_mismatch_ok is not a literal table"
-    return DeepSpeedRule(table, "DS_SKIP_CUDA_CHECK" in source, origin), None
+    return DeepSpeedRule(table, "DS_SKIP_CUDA_CHECK" in source, origin, _checked_outside_builder(tree)), None
 
 
-def _read_install_info(roots: list[Path]) -> tuple[tuple[str, ...], str | None]:
-    """``(pre-built op names, CUDA they were compiled for)`` from git_version_info_installed.py."""
+def _checked_outside_builder(tree: ast.AST) -> bool:
+    """Does any function other than ``builder`` call ``assert_no_cuda_mismatch``?"""
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)) or function.name == "builder":
+            continue
+        for node in ast.walk(function):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) \
+                    == "assert_no_cuda_mismatch":
+                return True
+    return False
+
+
+@dataclass(frozen=True, slots=True)
+class InstallInfo:
+    """What DeepSpeed's setup.py recorded in git_version_info_installed.py."""
+
+    ops: tuple[str, ...] = ()
+    cuda: str | None = None
+    torch: str | None = None
+    accelerator: str | None = None
+
+
+def _recorded(value: object) -> str | None:
+    return str(value) if value and str(value) != "0.0" else None
+
+
+def _read_install_info(roots: list[Path]) -> InstallInfo:
+    """Pre-built op names, the CUDA and torch they were compiled for, and the accelerator."""
     for root in roots:
         path = root / DS_INSTALL_INFO
         if not path.is_file():
             continue
         try:
-            values = _literal_assignments(path.read_text(errors="replace"), ("installed_ops", "torch_info"))
+            values = _literal_assignments(path.read_text(errors="replace"),
+                                          ("installed_ops", "torch_info", "accelerator_name"))
         except SyntaxError:
-            return (), None
+            return InstallInfo()
         ops = values.get("installed_ops")
         built = tuple(sorted(name for name, flag in ops.items() if flag)) if isinstance(ops, dict) else ()
         info = values.get("torch_info")
-        cuda = info.get("cuda_version") if isinstance(info, dict) else None
-        return built, (str(cuda) if cuda and str(cuda) != "0.0" else None)
-    return (), None
+        info = info if isinstance(info, dict) else {}
+        accelerator = values.get("accelerator_name")
+        return InstallInfo(built, _recorded(info.get("cuda_version")), _recorded(info.get("version")),
+                           str(accelerator) if accelerator else None)
+    return InstallInfo()
 
 
 def _literal_assignments(source: str, names: tuple[str, ...]) -> dict[str, object]:

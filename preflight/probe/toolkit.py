@@ -23,11 +23,13 @@ import shlex
 import shutil
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from preflight.parse.nvcc import NvccParseError, NvccVersion, parse_nvcc_version
 from preflight.probe.command import CommandRunner, run_command
+from preflight.node.torch import JobTorch
 from preflight.probe.deepspeed import DeepSpeedFacts, probe_deepspeed
 
 NVCC_TIMEOUT_S = 15.0
@@ -179,6 +181,15 @@ def probe_torch(torch_module: ModuleType | Any | None = None) -> TorchFacts:
     )
 
 
+def torch_facts_of(job: JobTorch) -> TorchFacts:
+    """The build facts of the job's torch, as its interpreter reported them."""
+    if not job.installed:
+        return TorchFacts(installed=False, problem=job.problem)
+    nccl_wheels = {name: version for name, version in job.wheels.items() if name.startswith("nvidia-nccl")}
+    return TorchFacts(installed=True, version=job.version, cuda=job.cuda, hip=job.hip, arch_list=job.arch_list,
+                      nccl=job.nccl, nccl_suffix=job.nccl_suffix, nccl_wheels=nccl_wheels)
+
+
 def _arch_list(torch_module: Any) -> tuple[str, ...]:
     flags = getattr(getattr(torch_module, "_C", None), "_cuda_getArchFlags", None)
     if callable(flags):
@@ -296,10 +307,14 @@ def probe_toolkit(
     *,
     runner: CommandRunner = run_command,
     torch_module: ModuleType | Any | None = None,
+    job_torch: JobTorch | None = None,
     toolkit_glob: str = TOOLKIT_GLOB,
     default_cuda_home: str = "/usr/local/cuda",
 ) -> ToolkitFacts:
-    """Gather every toolkit fact once; each ``nvcc`` runs at most once (cached by real path)."""
+    """Gather every toolkit fact once; each ``nvcc`` runs at most once (cached by real path).
+
+    ``job_torch`` is the job's torch as its own interpreter answered (the node model, ``--python``):
+    torch's build and the job's DeepSpeed are taken from it rather than from preflight's interpreter."""
     env = dict(os.environ) if env is None else dict(env)
     cache: dict[str, NvccProbe] = {}
 
@@ -327,13 +342,14 @@ def probe_toolkit(
         if os.path.realpath(path) not in seen
     )
     return ToolkitFacts(
-        torch=probe_torch(torch_module),
+        torch=probe_torch(torch_module) if job_torch is None else torch_facts_of(job_torch),
         cuda_home=CudaHome(home_path, how, home_nvcc, has_headers),
         nvcc_on_path=on_path,
         other_toolkits=_unique(others),
         ninja=probe_tool("ninja", ("ninja",), "PATH", env, runner),
         compiler=probe_compiler(env, runner),
-        deepspeed=probe_deepspeed(env),
+        deepspeed=probe_deepspeed(env, None if job_torch is None else
+                                  (job_torch.deepspeed_version, [Path(r) for r in job_torch.deepspeed_roots])),
     )
 
 

@@ -14,6 +14,7 @@ import importlib.metadata
 import inspect
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 
@@ -57,9 +58,26 @@ def _wheels() -> dict[str, str]:
     return found
 
 
+def _deepspeed() -> dict[str, Any] | None:
+    """Where the job's DeepSpeed lives (its version and the folders holding its files), found without
+    importing it: preflight reads its build rule and pre-built ops from there."""
+    import importlib.util
+
+    try:
+        dist = importlib.metadata.distribution("deepspeed")
+    except importlib.metadata.PackageNotFoundError:
+        return None
+    roots = [str(dist.locate_file(""))]
+    spec = importlib.util.find_spec("deepspeed")  # top-level: finds, does not execute
+    if spec is not None and spec.submodule_search_locations:
+        roots.extend(str(Path(p).parent) for p in spec.submodule_search_locations)
+    return {"version": dist.version, "roots": roots}
+
+
 def facts() -> dict[str, Any]:
     """Everything preflight asks of the job's torch."""
-    out: dict[str, Any] = {"python": sys.executable, "python_version": sys.version.split()[0], "wheels": _wheels()}
+    out: dict[str, Any] = {"python": sys.executable, "python_version": sys.version.split()[0], "wheels": _wheels(),
+                           "deepspeed": _deepspeed()}
     try:
         import torch
     except Exception as exc:  # noqa: BLE001 - a broken install raises anything

@@ -29,8 +29,8 @@ from preflight.report import junit
 from preflight.report.html import render_html
 from preflight.report.model import CheckResult, RunRecord, build_report, verdict_label
 from preflight.report.ownership import DirectoryInUse, ReportDirectory
-from preflight.report.redact import redact_obj, report_environment
-from preflight.report.writer import LineLog, dump_json, write_atomic
+from preflight.report.redact import redact_files, redact_obj, report_environment
+from preflight.report.writer import LineLog, dump_json, private_tree, write_atomic
 from preflight.settings import Settings
 
 JSON_NAME = "preflight.json"
@@ -60,7 +60,10 @@ class ReportCollector:
         self.report: dict[str, Any] | None = None
         self._write_lock = threading.Lock()
         self._finished = threading.Event()
+        self._lines_finished = False
         self._old_sigterm: Any = None
+        self._held: list[int] = []
+        self._held_previous: dict[int, Any] = {}
         self.directory: ReportDirectory | None = None
         self.write_error: str | None = None
 
@@ -68,20 +71,47 @@ class ReportCollector:
 
     def open(self) -> None:
         """Own the report directory (a second run into it is refused), remove what an earlier run left
-        there, and start the line log; a usage error when any of it is impossible."""
-        if threading.current_thread() is threading.main_thread():
-            # before the first file exists: a SIGTERM from here on still ends in a report marked interrupted
-            self._old_sigterm = signal.signal(signal.SIGTERM, self._on_sigterm)
-        directory = ReportDirectory(self.report_dir)
+        there, and start the line log; a usage error when any of it is impossible.
+
+        Call it once the collector is registered (its ``pytest_unconfigure`` writes the report of a run
+        interrupted before its session started). From here until the session starts, Ctrl-C and SIGTERM
+        are held, then delivered: an interruption never finds half an opening, nor a plugin half
+        configured (pytest's own JUnit plugin cannot unconfigure then)."""
+        self._hold_signals()
         try:
+            directory = ReportDirectory(self.report_dir)
             directory.acquire()
+            self.directory = directory
             directory.clear_previous(self._own_outputs())
             self.lines = LineLog(self.report_dir / LINES_NAME)
         except DirectoryInUse as exc:
+            self._release_signals(deliver=False)
             raise pytest.UsageError(str(exc)) from None
         except OSError as exc:
+            self._release_signals(deliver=False)
             raise pytest.UsageError(f"cannot write reports to {self.report_dir}: {exc.strerror or exc}") from None
-        self.directory = directory
+
+    def _hold_signals(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            self._held_previous = {s: signal.signal(s, lambda signum, frame: self._held.append(signum))
+                                   for s in (signal.SIGINT, signal.SIGTERM)}
+
+    def _release_signals(self, *, deliver: bool) -> None:
+        """Stop holding: from here on a SIGTERM ends in a report marked interrupted. Held signals are
+        delivered (``deliver``) or, at the end of a run that never started, recorded as its interruption."""
+        if not self._held_previous:
+            return
+        previous, self._held_previous = self._held_previous, {}
+        signal.signal(signal.SIGINT, previous[signal.SIGINT])
+        self._old_sigterm = previous[signal.SIGTERM]
+        signal.signal(signal.SIGTERM, self._on_sigterm)
+        held, self._held = list(dict.fromkeys(self._held)), []
+        if held and not deliver:
+            self.record.interrupted = True
+            self.record.interruption = self.record.interruption or (
+                "terminated by SIGTERM" if held[0] == signal.SIGTERM else "interrupted by the user (Ctrl-C)")
+        for signum in held if deliver else ():
+            signal.raise_signal(signum)
 
     def _own_outputs(self) -> list[Path]:
         """This run's outputs outside the report's fixed names: the JUnit and Prometheus files it was given."""
@@ -94,6 +124,7 @@ class ReportCollector:
         self.record.startup_s = _seconds_since_process_start()
         junit.name_suite(self.config)
         threading.Thread(target=self._watchdog, name="preflight-watchdog", daemon=True).start()
+        self._release_signals(deliver=True)  # every plugin is configured: a signal held since open() lands now
 
     @pytest.hookimpl(trylast=True)  # after -k/-m deselection and preflight's own ordering
     def pytest_collection_modifyitems(self, items: list[pytest.Item]) -> None:
@@ -141,6 +172,7 @@ class ReportCollector:
         """The run is over (JUnit and the Prometheus textfile written): let the next run in. An
         interruption before the session had started (pytest then skips ``sessionfinish``) still
         leaves a report, marked interrupted."""
+        self._release_signals(deliver=False)
         if self.report is None and self.directory is not None:
             self.record.interrupted = True
             self.record.interruption = self.record.interruption or "interrupted before the checks started"
@@ -150,7 +182,14 @@ class ReportCollector:
             signal.signal(signal.SIGTERM, self._old_sigterm)
             self._old_sigterm = None
         if self.directory is not None:
+            self._make_private()
             self.directory.release()
+
+    def _make_private(self) -> None:
+        """Every file under the report directory 0600 (JUnit too), every directory below it 0700; the
+        Prometheus textfile, read by an exporter that may run as another user, is left as written."""
+        prometheus = self.config.getoption("preflight_prometheus", default=None)
+        private_tree(self.report_dir, keep=[Path(prometheus)] if prometheus else [])
 
     # -- writing ---------------------------------------------------------------------------
 
@@ -166,9 +205,12 @@ class ReportCollector:
 
         In the main thread, Ctrl-C and SIGTERM are held while the files are written (a signal
         would otherwise abort them half way); a held signal marks the run interrupted and the
-        reports are written once more, so they say so."""
+        reports are written once more, so they say so. The line log's finish line comes last, once,
+        from the final report: the two always agree."""
+        began = time.monotonic()
         if threading.current_thread() is not threading.main_thread():
             self._write_reports()
+            self._finish_lines(began)
             return
         held: list[int] = []
         previous = {s: signal.signal(s, lambda signum, frame: held.append(signum))
@@ -180,9 +222,21 @@ class ReportCollector:
                 self.record.interruption = f"{signal.Signals(held[0]).name} while the reports were written"
                 self.report, self.written = None, []
                 self._write_reports()
+            self._finish_lines(began)
         finally:
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+
+    def _finish_lines(self, began: float) -> None:
+        """The jsonl's last line: the final report's verdict and whether it was interrupted (once)."""
+        with self._write_lock:
+            if self.lines is None or self.report is None or self._lines_finished:
+                return
+            self._lines_finished = True
+            self.lines.write({"type": "finish", "verdict": self.report["verdict"],
+                              "interrupted": bool(self.report["run"]["interrupted"]),
+                              "report_write_s": round(time.monotonic() - began, 4)})
+            self.lines.close()
 
     def _write_reports(self) -> None:
         with self._write_lock:
@@ -193,8 +247,7 @@ class ReportCollector:
     def _build_and_write(self) -> None:
         """Build the report; write JSON then HTML. A write that fails (a full disk, a removed directory)
         is recorded in ``write_error`` and said in one line; the verdict is kept in memory for the CLI."""
-        began = time.monotonic()
-        node: dict[str, Any] = {**node_facts(), **_node_model_facts(self.config)}
+        node: dict[str, Any] = {**node_facts(), **_node_model_facts(self.config, wait=not self.record.interrupted)}
         node.update(gathered_facts(self.config))
         report = build_report(
             self.record,
@@ -215,11 +268,6 @@ class ReportCollector:
             self.write_error = f"could not write the reports in {self.report_dir}: {exc.strerror or exc}"
             LAST_RUN["write_error"] = self.write_error
             print(f"preflight: {self.write_error}", file=sys.stderr, flush=True)
-        if self.lines is not None:
-            self.lines.write({"type": "finish", "verdict": self.report["verdict"],
-                              "interrupted": self.record.interrupted,
-                              "report_write_s": round(time.monotonic() - began, 4)})
-            self.lines.close()
 
     # -- terminal --------------------------------------------------------------------------
 
@@ -264,15 +312,18 @@ class ReportCollector:
             self.write_reports()
             print(f"preflight: {self.record.verdict().value} (run stopped at its deadline); reports: "
                   + ", ".join(str(p) for p in self.written), file=sys.stderr, flush=True)
+            redact_files(self.report_dir / "logs")  # a launch still in flight was never scrubbed
+            self._make_private()
         finally:
             os._exit(EXIT_NOT_READY)
 
 
-def _node_model_facts(config: pytest.Config) -> dict[str, Any]:
-    """The node model's sections (the job's torch, the job), whatever ``-k`` selected."""
+def _node_model_facts(config: pytest.Config, *, wait: bool) -> dict[str, Any]:
+    """The node model's sections (the job's torch, the job), whatever ``-k`` selected; an interrupted run
+    does not wait for a torch probe still running (a scheduler's grace period is short)."""
     from preflight.plugin import node_for
 
-    return node_for(config).as_dict()
+    return node_for(config).as_dict(wait=wait)
 
 
 def _seconds_since_process_start() -> float | None:

@@ -35,8 +35,9 @@ class ReportDirectory:
 
     def acquire(self) -> None:
         """Take the lock or raise :class:`DirectoryInUse` naming the holder; never waits."""
-        self.path.mkdir(parents=True, exist_ok=True)
-        handle = open(self.path / LOCK_NAME, "a+", encoding="utf-8")  # noqa: SIM115 - held for the run's life
+        self.path.mkdir(mode=0o700, parents=True, exist_ok=True)  # a new directory is the user's alone
+        fd = os.open(self.path / LOCK_NAME, os.O_RDWR | os.O_CREAT | os.O_APPEND, 0o600)
+        handle = open(fd, "a+", encoding="utf-8")  # noqa: SIM115 - held for the run's life
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

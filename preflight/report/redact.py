@@ -9,6 +9,8 @@ Three layers, applied by the report writers:
   well-known token prefixes and ``NAME=value`` style assignments whose name looks secret.
 * :func:`redact_obj` walks a JSON-able structure, blanking values under secret-looking keys and
   scrubbing every string.
+* :func:`redact_files` scrubs, in place, the files a launch's ranks wrote raw (their logs, error
+  files, torchrun's log) and makes them private like the reports.
 
 Patterns are chosen so ordinary diagnostics (GPU UUIDs, PCI bus ids, hex addresses, NCCL lines,
 versions, paths) come through untouched; the tests hold every shared capture to that.
@@ -16,11 +18,15 @@ versions, paths) come through untouched; the tests hold every shared capture to 
 
 from __future__ import annotations
 
+import contextlib
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from preflight.report.secret_names import REDACTED, is_secret_name, redact_assignments
 from preflight.report.secret_shapes import redact_shapes
+from preflight.report.writer import PRIVATE_DIR_MODE, private_tree, write_bytes_atomic
 
 __all__ = [
     "ALLOWED_NAMES",
@@ -29,6 +35,7 @@ __all__ = [
     "is_reported_variable",
     "is_secret_name",
     "omitted_variable_count",
+    "redact_files",
     "redact_obj",
     "redact_text",
     "report_environment",
@@ -170,3 +177,47 @@ def _walk(obj: Any, *, under_secret: bool) -> Any:
         walked = [_walk(item, under_secret=under_secret) for item in obj]
         return tuple(walked) if isinstance(obj, tuple) else walked
     return _walk(str(obj), under_secret=under_secret)
+
+
+# ---------------------------------------------------------------------------------------------
+# Files written raw by a launch
+# ---------------------------------------------------------------------------------------------
+
+
+def redact_files(directory: Path) -> list[Path]:
+    """Scrub every text file under ``directory`` in place and make the tree private (files 0600,
+    directories 0700); returns the files that changed.
+
+    The ranks run in the job's interpreter and write their logs and error files raw (they may import
+    only the standard library), so the parent calls this once a launch has ended, before any check
+    reads the files. A file whose scrubbed copy cannot be written (a full disk) is removed rather than
+    left with its secrets; a file holding NUL bytes (a checkpoint shard) is binary and left as it is.
+    """
+    changed: list[Path] = []
+    for top, _dirs, files in os.walk(directory):
+        for name in files:
+            path = Path(top) / name
+            if not path.is_symlink() and path.is_file() and _redact_file(path):
+                changed.append(path)
+    private_tree(directory)
+    with contextlib.suppress(OSError):
+        directory.chmod(PRIVATE_DIR_MODE)  # a launch's own directory, below the report directory
+    return changed
+
+
+def _redact_file(path: Path) -> bool:
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return False
+    if b"\0" in data:
+        return False
+    text = data.decode("utf-8", errors="surrogateescape")  # undecodable bytes come back unchanged
+    redacted = redact_text(text)
+    if redacted == text:
+        return False
+    try:
+        write_bytes_atomic(path, redacted.encode("utf-8", errors="surrogateescape"))
+    except OSError:
+        path.unlink(missing_ok=True)
+    return True

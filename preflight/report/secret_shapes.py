@@ -173,10 +173,49 @@ def _redact_private_keys(text: str) -> str:
     return "".join(pieces)
 
 
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9._%+\-]*")
+_HOST = re.compile(r"(?:\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9\-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9\-]+)*)"
+                   r"(?![A-Za-z0-9_\-@])")
+_WORD_STOPS = frozenset(" \t\r\n\"'`<>=,;()[]{}|")
+_DIGEST_HOSTS = ("sha256:", "sha384:", "sha512:")  # ubuntu:22.04@sha256:...: an image pinned by digest
+_NOT_USERS = frozenset({"mailto"})
+_LOOK_BACK = 256
+
+
+def _redact_schemeless_userinfo(text: str) -> str:
+    """``admin:pw@10.0.0.5`` (a ``MASTER_ADDR`` or a proxy setting without a scheme): the password goes, the user
+    and host stay. Found from each ``@``: the word before it must be ``user:password`` with a user-name-like user
+    (no ``/``, so ``nvcr.io/nvidia/pytorch:24.01@sha256:...`` is not one), and a host-like word must follow."""
+    pieces: list[str] = []
+    copied_to = 0
+    at = text.find("@")
+    while at >= 0:
+        start = at
+        while start > max(copied_to, at - _LOOK_BACK) and text[start - 1] not in _WORD_STOPS:
+            start -= 1
+        while start < at and text[start] == ":":
+            start += 1  # "[rank0]:admin:pw@host": torchrun's line prefix ends in a colon
+        word = text[start:at]
+        user, colon, password = word.partition(":")
+        host = _HOST.match(text, at + 1)
+        if (colon and password and "://" not in word and _USER.fullmatch(user) and user.lower() not in _NOT_USERS
+                and host is not None and not text.startswith(_DIGEST_HOSTS, at + 1)):
+            pieces.append(text[copied_to : start + len(user) + 1])
+            pieces.append(REDACTED)
+            copied_to = at
+        at = text.find("@", at + 1)
+    if not pieces:
+        return text
+    pieces.append(text[copied_to:])
+    return "".join(pieces)
+
+
 def redact_shapes(text: str) -> str:
     """``text`` with every secret recognised by its shape replaced."""
     if "PRIVATE KEY" in text:
         text = _redact_private_keys(text)
+    if "@" in text and ":" in text:
+        text = _redact_schemeless_userinfo(text)
     lowered: str | None = None
     for rule in _SHAPE_RULES:
         haystack = text

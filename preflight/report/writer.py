@@ -5,9 +5,15 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
+
+PRIVATE_FILE_MODE = 0o600
+PRIVATE_DIR_MODE = 0o700
+"""Everything under the report directory is what a user attaches to a ticket: readable by its owner only."""
 
 
 def write_atomic(path: Path, text: str) -> None:
@@ -25,6 +31,38 @@ def write_atomic(path: Path, text: str) -> None:
         raise
 
 
+def write_bytes_atomic(path: Path, data: bytes) -> None:
+    """Replace ``path`` with ``data`` through a private temporary file beside it and a rename."""
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def private_tree(root: Path, keep: Iterable[Path] = ()) -> None:
+    """Give every file under ``root`` mode 0600 and every directory below it 0700 (``root`` itself is the
+    user's: a directory preflight creates is made 0700 when it is made). Links are not followed; ``keep``
+    (a Prometheus textfile another user's exporter reads) is left as it is."""
+    kept = {os.path.abspath(p) for p in keep}
+    for top, dirs, files in os.walk(root):
+        for name in [*dirs, *files]:
+            path = os.path.abspath(os.path.join(top, name))
+            if path in kept:
+                continue
+            with contextlib.suppress(OSError):
+                mode = os.lstat(path).st_mode
+                if stat.S_ISDIR(mode):
+                    os.chmod(path, PRIVATE_DIR_MODE)
+                elif stat.S_ISREG(mode):
+                    os.chmod(path, PRIVATE_FILE_MODE)
+
+
 def dump_json(data: Any) -> str:
     """The report's JSON text (stable key order, readable indentation)."""
     return json.dumps(data, indent=2, sort_keys=False, default=str) + "\n"
@@ -37,7 +75,8 @@ class LineLog:
     def __init__(self, path: Path) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         self.path = path
-        self._handle = open(path, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open for the run
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, PRIVATE_FILE_MODE)
+        self._handle = open(fd, "w", encoding="utf-8", buffering=1)  # noqa: SIM115 - held open for the run
         self.failed: str | None = None
 
     def write(self, record: dict[str, Any]) -> None:

@@ -6,6 +6,7 @@ e.g. inside a checkpoint save that not every rank called.
 
 from __future__ import annotations
 
+OP_LOAD = "loading DeepSpeed's ops (a JIT build when they are not built yet)"
 BUILD = "building the model and sharding it (collective)"
 STEPS = "training steps: forward, backward, optimizer step (collectives every layer)"
 AGREEMENT = "comparing losses and gathered parameters across ranks (collective)"

@@ -77,10 +77,14 @@ class TinyTransformer(nn.Module):
         self.head = nn.Linear(spec.dim, spec.vocab)
 
     def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        """Logits of shape (batch * seq, vocab). Flat on purpose: a linear layer over a 3-D input returns a
+        view of its 2-D result, and FSDP2 warns on every forward of a wrapped module that returns a view
+        (torch 2.13, ``_fsdp_state.py`` ``_register_pre_backward_hook``), which ``PYTHONWARNINGS=error``
+        turns into a crash of preflight's own rehearsal."""
         x = self.embed(tokens)
         for block in self.blocks:
             x = block(x)
-        logits: torch.Tensor = self.head(self.norm(x))
+        logits: torch.Tensor = self.head(self.norm(x).flatten(0, 1))
         return logits
 
 
@@ -97,8 +101,12 @@ def lm_loss(model: Callable[[torch.Tensor], torch.Tensor], tokens: torch.Tensor)
 
 
 def bf16_supported(ctx: WorkerContext) -> bool:
-    """bf16 compute is used on GPUs that support it; CPU ranks stay in fp32."""
-    return ctx.on_gpu and bool(torch.cuda.is_bf16_supported())
+    """bf16 compute only on GPUs that do it natively (compute capability 8.0+); CPU ranks stay in fp32.
+
+    ``torch.cuda.is_bf16_supported()`` counts emulation by default (``including_emulation=True``: a
+    bf16 tensor can be created, so V100 and T4 say yes); ``including_emulation=False`` keeps native
+    support only. The argument is in every torch of the declared range (read in 2.4.1 and 2.13.0)."""
+    return ctx.on_gpu and bool(torch.cuda.is_bf16_supported(including_emulation=False))
 
 
 def synchronize(ctx: WorkerContext) -> None:

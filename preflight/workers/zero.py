@@ -1,8 +1,14 @@
 """DeepSpeed ZeRO stage 1, 2 or 3 on every rank: initialize, a few steps, a checkpoint round trip.
 
 ``deepspeed.initialize`` gets a generated config (micro batch, gradient accumulation, bf16 where
-the GPU supports it, the stage). The first optimizer step is where DeepSpeed JIT-builds its ops;
-a build failure is re-raised with the compiler's message found in the rank's log. Every rank calls
+the GPU supports it, the stage). Its ops are loaded first, each timed, under the label
+:data:`~preflight.workers.phases.OP_LOAD`, from preflight's own extensions folder (the one
+``preflight.probe.deepspeed_ops`` builds into, found from the same environment; never the user's
+``TORCH_EXTENSIONS_DIR``), holding its root's lock shared, so no build cleans a lock a rank holds and
+a rank waits while a build runs. In a rehearsal the build runs beside the launch, and the
+:func:`ops_phase` (phase ``deepspeed_ops``, before the ZeRO phases) is where the ranks wait for it:
+a rank still there at the deadline is a slow build, not a hang. A build failure is re-raised with
+the compiler's message found in the rank's log. Every rank calls
 ``save_checkpoint`` (it synchronises inside: a save called on rank 0 only hangs), then a fresh
 engine that started from other weights calls ``load_checkpoint``, and the gathered parameters and
 the loss on a shared probe batch are compared with the saved ones.
@@ -11,12 +17,18 @@ the loss on a shared probe batch are compared with the saved ones.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
+import json
+import os
 import shutil
-from collections.abc import Sequence
+import time
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from preflight.parse.op_build import find_op_build_failure
+from preflight.probe.deepspeed_ops import LOCK_NAME, STATUS_NAME, ZERO_BUILDERS, extensions_root
 from preflight.workers import phases
 from preflight.workers.common import WorkerContext
 
@@ -76,6 +88,86 @@ def op_build_error(ctx: WorkerContext, exc: BaseException) -> OpBuildError | Non
     return OpBuildError(failure.describe()) if failure is not None else None
 
 
+@contextlib.contextmanager
+def shared_ops_lock(ctx: WorkerContext, lock: Path) -> Iterator[None]:
+    """Hold the extensions root's preflight lock shared; wait (saying so) while a build holds it."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            ctx.progress(f"{phases.OP_LOAD}: waiting for preflight's build of them ({lock.parent})")
+            fcntl.flock(fd, fcntl.LOCK_SH)
+        yield
+    finally:
+        os.close(fd)
+
+
+def ops_folder() -> tuple[Path, Path]:
+    """``(folder, lock)``: preflight's extensions folder for this interpreter, and its root's lock."""
+    from preflight.probe.op_build_child import extensions_directory
+
+    root = extensions_root(os.environ)
+    return Path(extensions_directory(str(root))), root / LOCK_NAME
+
+
+def build_status(folder: Path) -> dict[str, Any] | None:
+    """What the last build in ``folder`` wrote (``ok``, ``error``), None when none did."""
+    try:
+        data = json.loads((folder / STATUS_NAME).read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
+    """Load the ops ``deepspeed.initialize`` will ask for, as it would (same builders, same skips),
+    timing each; DeepSpeed keeps them loaded (``OpBuilder._loaded_ops``) so initialize reuses them.
+    A build that failed or ran out of time in this folder is raised at once, not retried here."""
+    import deepspeed.ops
+    from deepspeed.accelerator import get_accelerator
+
+    folder, lock = ops_folder()
+    os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)  # torch reads it when it loads (_get_build_directory)
+    accelerator = get_accelerator()
+    loaded = []
+    with shared_ops_lock(ctx, lock):
+        status = build_status(folder)
+        if status is not None and not status.get("ok"):
+            raise OpBuildError(f"DeepSpeed's ops were not built by preflight ({folder}): {status.get('error')}")
+        for entry in ZERO_BUILDERS:
+            builder = accelerator.create_op_builder(entry["builder"])
+            if builder is None or (entry.get("optional")
+                                   and not deepspeed.ops.__compatible_ops__.get(builder.NAME, False)):
+                continue
+            ctx.progress(f"{phases.OP_LOAD}: {builder.name}")
+            start = time.perf_counter()
+            builder.load(verbose=False)
+            loaded.append({"op": builder.name, "seconds": round(time.perf_counter() - start, 3)})
+    return loaded
+
+
+def ops_phase(ctx: WorkerContext) -> dict[str, Any]:
+    """Phase ``deepspeed_ops`` of a rehearsal: wait for preflight's build (beside the launch), then load
+    the ops, so the ZeRO phases after it start with them loaded. Returns the wait and the loads."""
+    start = time.perf_counter()
+    ctx.progress(phases.OP_LOAD)
+    try:
+        ops = load_ops(ctx)
+    except Exception as exc:
+        build = op_build_error(ctx, exc)
+        if build is not None:
+            raise build from exc
+        raise
+    return {"ops": ops, "seconds": round(time.perf_counter() - start, 3)}
+
+
+def save_checkpoint(engine: Any, path: Path) -> None:
+    """The collective save every rank calls (DeepSpeed synchronises inside it)."""
+    engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG)
+
+
 def parameter_digests(engine: Any, stage: int) -> dict[str, str]:
     """``name -> sha256`` of every parameter in full (ZeRO-3 gathers them first, on every rank)."""
     import deepspeed
@@ -110,13 +202,15 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
         engine, *_ = deepspeed.initialize(model=model, model_parameters=model.parameters(), config=config)
         return engine
 
-    ctx.progress(f"{phases.BUILD}: deepspeed.initialize")
     tokens = tm.token_batch(spec, DATA_SEED + ctx.rank, ctx.device)
     losses: list[float] = []
     step_times: list[float] = []
     try:
+        ctx.progress(phases.OP_LOAD)
+        ops = load_ops(ctx)
+        ctx.progress(f"{phases.BUILD}: deepspeed.initialize")
         engine = engine_from(tm.MODEL_SEED)
-        ctx.progress(f"{phases.STEPS}; DeepSpeed builds its ops at the first step")
+        ctx.progress(phases.STEPS)
         for _ in range(args.steps):
             def step() -> float:
                 total = 0.0
@@ -150,7 +244,7 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
 
     path = ctx.run_dir / (args.checkpoint_dir or "checkpoint")  # relative: inside the launch's own directory
     ctx.progress(phases.CHECKPOINT_SAVE)
-    _, save_s = tm.timed(ctx, lambda: engine.save_checkpoint(str(path), tag=CHECKPOINT_TAG))
+    _, save_s = tm.timed(ctx, lambda: save_checkpoint(engine, path))
     size = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
 
     ctx.progress(phases.CHECKPOINT_LOAD)
@@ -174,11 +268,18 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
                   "mismatched_count": len(mismatched), "differed_before_load": before != saved,
                   "probe_loss_after_load": probe_after, "removed": not path.exists() if ctx.rank == 0 else None}
     return {"strategy": f"zero{args.stage}", "api": f"deepspeed {getattr(deepspeed, '__version__', '?')}",
-            "precision": "bf16" if bf16 else "fp32", "config": config,
+            "precision": "bf16" if bf16 else "fp32", "config": config, "ops": ops,
+            "accelerator": _accelerator_name(),
             **tm.summary(global_losses, step_times), "local_losses": losses, "probe_loss": probe_loss,
             "param_sha256": digest,
             "parameters": sum(getattr(p, "ds_numel", p.numel()) for p in engine.module.parameters()),
             "peak_memory_bytes": peak, "memory_kind": memory_kind, "checkpoint": checkpoint}
+
+
+def _accelerator_name() -> str:
+    from deepspeed.accelerator import get_accelerator
+
+    return str(get_accelerator().device_name())
 
 
 def _combined(digests: dict[str, str]) -> str:

@@ -3,8 +3,9 @@ torch build and toolkit described by the JSON file named in ``PREFLIGHT_FAKE_TOO
 ships. Combine it with ``-p tests.fakes.nvml_plugin --fake-nvml=<machine>`` for the driver and GPUs.
 
 The JSON has ``torch`` (``version``, ``cuda``, ``arch``), ``env`` (the environment the toolkit probe
-sees: PATH of fake nvcc folders, CUDA_HOME, DS_SKIP_CUDA_CHECK), ``toolkit_glob`` and optionally
-``deepspeed`` (``version``). The probe itself runs for real on those inputs: fake ``nvcc`` scripts
+sees: PATH of fake nvcc folders, CUDA_HOME, DS_SKIP_CUDA_CHECK, DS_ACCELERATOR), ``toolkit_glob`` and
+optionally ``deepspeed`` (``version``; without it the fake node has no DeepSpeed, whatever the test
+environment has installed). The probe itself runs for real on those inputs: fake ``nvcc`` scripts
 are executed and parsed, CUDA_HOME is resolved, ninja and the compiler are asked.
 """
 
@@ -35,7 +36,8 @@ def pytest_configure(config: pytest.Config) -> None:
         toolkit_glob=spec.get("toolkit_glob", NOWHERE),
         default_cuda_home=NOWHERE,
     )
-    if spec.get("deepspeed"):
-        skip = spec["env"].get("DS_SKIP_CUDA_CHECK")
-        facts = dataclasses.replace(facts, deepspeed=DeepSpeedFacts(spec["deepspeed"]["version"], skip))
+    skip = spec["env"].get("DS_SKIP_CUDA_CHECK")
+    version = spec["deepspeed"]["version"] if spec.get("deepspeed") else None
+    facts = dataclasses.replace(facts, deepspeed=DeepSpeedFacts(version, skip,
+                                                                accelerator_env=spec["env"].get("DS_ACCELERATOR")))
     config.stash[TOOLKIT_FACTS_KEY] = facts

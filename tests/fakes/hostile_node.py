@@ -4,7 +4,7 @@ is hostile, and a run that stalls at a chosen point so a test can interrupt it t
 - the hostname carries markup and a node fact section carries secrets and markup;
 - ``PREFLIGHT_TEST_HOSTILE_GPU=1``: the GPU checks see a fake NVML machine (one A10G) whose GPU
   name carries markup, through the real inventory fixtures;
-- ``PREFLIGHT_TEST_STALL=collect|collected|check|report`` with ``PREFLIGHT_TEST_STALL_MARK=PATH``
+- ``PREFLIGHT_TEST_STALL=session|collect|collected|check|report`` with ``PREFLIGHT_TEST_STALL_MARK=PATH``
   writes PATH and sleeps (once) when the run reaches that point (``check`` is done by
   ``planted_checks.test_planted_stall``); checks of planted_checks run before the shipped ones.
 It never ships with preflight.
@@ -62,6 +62,10 @@ def pytest_configure(config: pytest.Config) -> None:
             return render(report)
 
         report_collector.render_html = slow_render  # type: ignore[assignment]
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    _stall("session")
 
 
 def pytest_collectstart(collector: pytest.Collector) -> None:

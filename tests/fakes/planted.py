@@ -16,6 +16,9 @@ AWS_SECRET = "Pl4ntedAwsSecretKeyAbCdEfGhIjKlMnOpQrSt"
 PASSWORD = "Pl4ntedPassw0rd"
 PLAIN_TOKEN = "Pl4ntedPlainLookingValue"
 PEM = "-----BEGIN PRIVATE KEY-----\nMIIEPl4ntedPemBodyAbCdEf\n-----END PRIVATE KEY-----"
+MASTER_PASSWORD = "M4sterPl4ntedPw"
+MASTER_ADDR = f"admin:{MASTER_PASSWORD}@10.0.0.5"
+"""user:password@host without a scheme (issue 16 item 8)."""
 
 LEAKS = (
     "Pl4ntedHfT0ken",
@@ -27,6 +30,7 @@ LEAKS = (
     PASSWORD,
     PLAIN_TOKEN,
     "MIIEPl4ntedPemBody",
+    MASTER_PASSWORD,
 )
 
 MARKUP = "<script>alert('pf')</script><img src=x onerror=alert(1)>\"'><svg onload=alert(2)></title></pre>"
@@ -45,5 +49,6 @@ ENVIRONMENT = {
     "NCCL_PLUGIN_INDEX": URL_WITH_PASSWORD,
     "CUDA_CACHE_NOTE": f"token {HF_TOKEN} {MARKUP}",
     "TORCH_PLANTED_MARKUP": f"<i>env-value</i>{MARKUP}",
+    "MASTER_ADDR": MASTER_ADDR,
 }
 """Planted in the run's environment: secrets inside and outside the allow-list, and markup."""

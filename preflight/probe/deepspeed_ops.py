@@ -1,0 +1,307 @@
+"""Build the DeepSpeed ops a ZeRO rehearsal loads, ahead of its launch, in preflight's own cache.
+
+DeepSpeed JIT-builds its ops the first time a job uses them (``deepspeed.initialize`` builds the
+optimizer's fused Adam; on the CPU accelerator also the shared-memory all-reduce). A first build
+takes minutes (130 s for both CPU ops on a quiet 2-core machine, more under load), so doing it
+inside a rank under a launch deadline made a slow compile look like a hung rank, and killing it
+there left torch's build lock behind in the user's own ``~/.cache/torch_extensions``. Here the
+build runs once, in a child process with its own budget (``--op-build-timeout``), in a directory
+of preflight's own (:func:`extensions_root`; the ranks find the same folder from the same
+environment). :class:`BackgroundOpBuild` starts it together with the rehearsal launch, holding the
+root's lock from the start: the launch's ``deepspeed_ops`` phase waits on that lock while the DDP,
+sweep and FSDP phases run, then loads the built ops. Compiled objects survive a killed build (ninja
+keeps finished outputs), so the next run resumes rather than starts over.
+
+The child is ``op_build_child.py`` (its docstring cites the DeepSpeed and torch lines it follows);
+it runs as a plain file so it needs nothing but torch and DeepSpeed in the job's environment.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import glob
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from preflight.probe.command import CommandRunner, run_command
+
+EXTENSIONS_DIR_ENV = "PREFLIGHT_TORCH_EXTENSIONS_DIR"
+CHILD = Path(__file__).with_name("op_build_child.py")
+MARK = "PREFLIGHT_OP_BUILD"
+LOCK_NAME = "preflight.lock"
+"""``<root>/preflight.lock``: a build holds it exclusively, the ranks shared while they load."""
+STATUS_NAME = "preflight-build.json"
+DEFAULT_TIMEOUT_S = 600.0
+
+ZERO_BUILDERS: tuple[dict[str, Any], ...] = (
+    # deepspeed/comm/torch.py TorchBackend.__init__ -> build_shm_op(): CPU accelerator only, loaded
+    # when deepspeed.ops.__compatible_ops__ says so (the CUDA accelerator has no such builder).
+    {"builder": "ShareMemCommBuilder", "optional": True},
+    # runtime/engine.py get_optimizer_configuration: the "AdamW" optimizer of our config is FusedAdam,
+    # whose constructor calls FusedAdamBuilder().load() (CUDA: nvcc; CPU accelerator: C++).
+    {"builder": "FusedAdamBuilder"},
+)
+"""The ops ``deepspeed.initialize`` loads for the rehearsal's config, in the order it loads them."""
+
+# python -c: the child's own folder must not come first on sys.path (preflight/probe/deepspeed.py
+# would shadow the real package), nor the working directory (a stray ./torch would).
+_BOOT = ("import runpy, sys; sys.path[:] = [p for p in sys.path[1:] if p not in ('', '.')]; "
+         "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def extensions_root(env: Mapping[str, str] | None = None) -> Path:
+    """``$PREFLIGHT_TORCH_EXTENSIONS_DIR``, else ``$XDG_CACHE_HOME/preflight/torch_extensions`` (default
+    ``~/.cache/preflight/torch_extensions``): never the user's own ``~/.cache/torch_extensions``."""
+    env = os.environ if env is None else env
+    if env.get(EXTENSIONS_DIR_ENV):
+        return Path(env[EXTENSIONS_DIR_ENV]).expanduser()
+    cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
+    return Path(cache) / "preflight" / "torch_extensions"
+
+
+@dataclass(frozen=True, slots=True)
+class OpLoad:
+    """One op as the child loaded it."""
+
+    builder: str
+    name: str
+    accelerator: str
+    source: str
+    """``built`` (compiled now), ``cached`` (built before, loaded), ``prebuilt`` (in the wheel),
+    ``failed``, ``incompatible`` or ``absent`` (DeepSpeed would not load it here either)."""
+    seconds: float = 0.0
+    device: str = ""
+    """``cuda`` when nvcc compiled it, ``cpu`` for a C++-only build."""
+    compilers: tuple[str, ...] = ()
+    builder_class: str = ""
+    module: str | None = None
+    error: str | None = None
+    reason: str | None = None
+
+    @property
+    def loaded(self) -> bool:
+        """True when the op is ready to load (or DeepSpeed would not load it here)."""
+        return self.source != "failed"
+
+    def describe(self) -> str:
+        """``fused_adam (CPU, c++) built in 84 s``."""
+        if self.source in ("absent", "incompatible"):
+            return f"{self.name or self.builder} not used here ({self.reason})"
+        tools = ", ".join(os.path.basename(tool) for tool in self.compilers) or "no compiler"
+        what = f"{self.name} ({self.device.upper() or '?'}, {tools})"
+        if self.source == "failed":
+            return f"{self.name or self.builder} failed after {self.seconds:.0f} s: {self.error}"
+        verb = {"built": "built in", "cached": "loaded from preflight's cache in",
+                "prebuilt": "loaded pre-built from the DeepSpeed wheel in"}.get(self.source, self.source)
+        return f"{what} {verb} {_seconds(self.seconds)}"
+
+
+def _seconds(value: float) -> str:
+    return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
+
+
+@dataclass(frozen=True, slots=True)
+class OpBuild:
+    """What the build child did: every op, the directory, the deadline and the log."""
+
+    directory: str | None
+    accelerator: str | None
+    ops: tuple[OpLoad, ...]
+    ok: bool
+    timed_out: bool
+    busy: bool
+    duration_s: float
+    budget_s: float
+    returncode: int | None
+    output: str
+    stale_locks: tuple[str, ...] = ()
+    versions: Mapping[str, str] | None = None
+
+    @property
+    def built(self) -> tuple[OpLoad, ...]:
+        """Ops compiled by this run (a first build)."""
+        return tuple(op for op in self.ops if op.source == "built")
+
+    @property
+    def failed(self) -> OpLoad | None:
+        """The op whose build or load failed, if any."""
+        return next((op for op in self.ops if op.source == "failed"), None)
+
+    def tail(self, lines: int = 60) -> str:
+        """The last ``lines`` lines of the build's output, without the child's own fact lines."""
+        kept = [line for line in self.output.splitlines() if not line.startswith(MARK)]
+        return "\n".join(kept[-lines:])
+
+
+def parse_child_output(stdout: str) -> list[dict[str, Any]]:
+    """The child's fact lines, in order (other lines are the build's own output)."""
+    facts = []
+    for line in stdout.splitlines():
+        if line.startswith(MARK + " "):
+            try:
+                facts.append(json.loads(line[len(MARK) + 1:]))
+            except json.JSONDecodeError:
+                continue
+    return facts
+
+
+def _op(fact: Mapping[str, Any]) -> OpLoad:
+    return OpLoad(builder=str(fact.get("builder", "")), name=str(fact.get("name") or fact.get("builder", "")),
+                  accelerator=str(fact.get("accelerator", "")), source=str(fact.get("source", "")),
+                  seconds=float(fact.get("seconds") or 0.0), device=str(fact.get("device") or ""),
+                  compilers=tuple(fact.get("compilers") or ()), builder_class=str(fact.get("builder_class") or ""),
+                  module=fact.get("module"), error=fact.get("error"), reason=fact.get("reason"))
+
+
+def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+              root: Path | None = None, directory: Path | None = None, jit: bool = False, locked: bool = False,
+              runner: CommandRunner = run_command, python: str = sys.executable,
+              env: Mapping[str, str] | None = None) -> OpBuild:
+    """Load (building when needed) ``builders`` in a child interpreter under ``timeout_s``; never raises.
+
+    ``root`` holds one folder per Python/torch/DeepSpeed/accelerator/install (default
+    :func:`extensions_root`); ``directory`` forces one folder (the ``--slow`` check builds in a fresh
+    temporary one); ``jit`` calls ``jit_load`` so an op pre-built into the wheel is compiled anyway;
+    ``locked``: the caller holds the root's lock (:class:`BackgroundOpBuild`).
+    """
+    base = dict(os.environ if env is None else env)
+    top = root or extensions_root(base)
+    top.mkdir(parents=True, exist_ok=True)
+    spec: dict[str, Any] = {"builders": list(builders), "jit": jit, "lock_wait_s": max(1.0, timeout_s / 2),
+                            "root": str(top), "locked": locked}
+    if directory is not None:
+        spec["directory"] = str(directory)
+    child_env = {**base, "PYTHONUNBUFFERED": "1"}
+    child_env.pop("TORCH_EXTENSIONS_DIR", None)  # the child sets its own; never the user's
+    result = runner([python, "-c", _BOOT, str(CHILD), json.dumps(spec)], timeout_s=timeout_s, env=child_env)
+    facts = parse_child_output(result.stdout)
+    start = next((fact for fact in facts if fact.get("kind") == "start"), {})
+    folder = start.get("directory")
+    ops = tuple(_op(fact) for fact in facts if fact.get("kind") == "op")
+    stale = tuple(str(item.get("path")) for fact in facts if fact.get("kind") == "stale"
+                  for item in fact.get("removed") or ())
+    if result.timed_out and folder:
+        _write_status(Path(folder), ok=False, error=f"the build did not finish within its {timeout_s:.0f} s budget")
+        stale += tuple(_remove_locks(Path(folder)) if locked else remove_stale_locks(top, Path(folder)))
+    output = "\n".join(part for part in (result.stdout, result.stderr) if part)
+    done = any(fact.get("kind") == "done" for fact in facts)
+    versions: dict[str, str] = {key: str(start[key]) for key in ("torch", "deepspeed") if key in start}
+    return OpBuild(directory=folder, accelerator=start.get("accelerator"), ops=ops,
+                   ok=result.ok and done and all(op.loaded for op in ops), timed_out=result.timed_out,
+                   busy=any(fact.get("kind") == "busy" for fact in facts), duration_s=result.duration_s,
+                   budget_s=timeout_s, returncode=result.returncode, output=output, stale_locks=stale,
+                   versions=versions)
+
+
+def _write_status(directory: Path, **status: Any) -> None:
+    """What a killed build could not write itself: the ranks must not build under the launch instead."""
+    path = directory / STATUS_NAME
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps({**status, "time": time.time()}))
+    os.replace(tmp, path)
+
+
+def _remove_locks(directory: Path) -> list[str]:
+    removed = []
+    for path in sorted(glob.glob(str(directory / "*" / "lock"))):
+        try:
+            os.remove(path)
+        except OSError:
+            continue
+        removed.append(path)
+    return removed
+
+
+def try_lock(root: Path) -> int | None:
+    """An exclusive flock on ``<root>/preflight.lock`` taken without waiting (its fd), or None when another
+    preflight process builds or loads in ``root``."""
+    root.mkdir(parents=True, exist_ok=True)
+    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def remove_stale_locks(root: Path, directory: Path) -> list[str]:
+    """After a killed build: remove the torch build locks it left in ``directory``, if no preflight process
+    holds ``root`` (an exclusive flock taken without waiting); the paths removed."""
+    if not (root / LOCK_NAME).exists():
+        return []
+    fd = try_lock(root)
+    if fd is None:
+        return []
+    try:
+        return _remove_locks(directory)
+    finally:
+        os.close(fd)
+
+
+class BackgroundOpBuild:
+    """A build started now, beside the rehearsal launch: the root's lock is taken before :meth:`start`
+    returns (when free), so the launch's ranks, which load their ops holding it shared, wait for the
+    build rather than compile under their own deadline. :meth:`result` waits for it."""
+
+    def __init__(self, timeout_s: float, *, root: Path | None = None, env: Mapping[str, str] | None = None,
+                 runner: CommandRunner = run_command, python: str = sys.executable) -> None:
+        self.timeout_s = timeout_s
+        self.env = dict(os.environ if env is None else env)
+        self.root = root or extensions_root(self.env)
+        self.runner = runner
+        self.python = python
+        self._fd: int | None = None
+        self._thread: threading.Thread | None = None
+        self._result: list[OpBuild] = []
+
+    def start(self) -> None:
+        """Take the lock (when free) and start the build in a thread."""
+        if self._thread is not None:
+            return
+        self._fd = try_lock(self.root)
+        self._thread = threading.Thread(target=self._run, name="preflight-op-build", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        started = time.monotonic()
+        try:
+            while self._fd is None and time.monotonic() - started < self.timeout_s / 2:
+                time.sleep(0.5)
+                self._fd = try_lock(self.root)
+            if self._fd is None:  # another preflight kept the directory: let its ranks finish
+                self._result.append(build_ops(timeout_s=max(1.0, self.timeout_s - (time.monotonic() - started)),
+                                              root=self.root, runner=self.runner, python=self.python, env=self.env))
+                return
+            left = max(1.0, self.timeout_s - (time.monotonic() - started))
+            self._result.append(build_ops(timeout_s=left, root=self.root, locked=True, runner=self.runner,
+                                          python=self.python, env=self.env))
+        finally:
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def result(self) -> OpBuild:
+        """The build, once it has ended (it ends by its own deadline)."""
+        self.start()
+        if self._thread is not None:
+            self._thread.join()
+        return self._result[0]
+
+
+def fresh_jit_build(builder: str = "FusedAdamBuilder", timeout_s: float = DEFAULT_TIMEOUT_S, *,
+                    runner: CommandRunner = run_command, python: str = sys.executable,
+                    env: Mapping[str, str] | None = None) -> OpBuild:
+    """Build one op from scratch with ``jit_load`` in a temporary directory (removed afterwards), so no
+    cached or pre-built op can hide a broken toolkit: the ``--slow`` check."""
+    with tempfile.TemporaryDirectory(prefix="preflight-jit-") as scratch:
+        return build_ops(({"builder": builder},), timeout_s=timeout_s, root=Path(scratch),
+                         directory=Path(scratch) / "build", jit=True, runner=runner, python=python, env=env)

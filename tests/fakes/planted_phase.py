@@ -1,0 +1,16 @@
+"""Test-only pytest plugin (``-p tests.fakes.planted_phase``): the rehearsal's DDP phase leaks planted
+secrets into the rank logs and error files (``tests.workers.planted:leak``), through the hook preflight
+declares for replacing a phase. Never shipped."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from preflight.launch.plan import Phase
+
+
+def pytest_preflight_phase(config: pytest.Config, phase: Phase) -> Phase | None:
+    """The DDP phase made to print and raise planted secrets; every other phase unchanged."""
+    return dataclasses.replace(phase, entry="tests.workers.planted:leak") if phase.name == "ddp" else None

@@ -1,0 +1,224 @@
+"""The DeepSpeed op build ahead of the ZeRO rehearsal: real DeepSpeed (the test extras pin it), real
+torch JIT builds with the real compiler, in a child process under a deadline.
+
+The first test on a machine compiles the ops (minutes) into preflight's own cache
+(``~/.cache/preflight/torch_extensions``, kept between runs, so CI pays it once); later ones load them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fcntl
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from preflight.judge.op_build import judge_op_build, op_build_blocker, pending_builders
+from preflight.judge.toolkit import judge_jit_build
+from preflight.outcome import Status
+from preflight.probe.deepspeed_ops import (
+    EXTENSIONS_DIR_ENV,
+    LOCK_NAME,
+    STATUS_NAME,
+    BackgroundOpBuild,
+    OpBuild,
+    OpLoad,
+    build_ops,
+    extensions_root,
+    fresh_jit_build,
+    parse_child_output,
+    remove_stale_locks,
+)
+from preflight.probe.toolkit import probe_toolkit
+
+pytestmark = pytest.mark.subprocess
+BUILD_TIMEOUT_S = 1500.0  # a cold build of both CPU ops takes 2-4 min on a quiet core, far more on a loaded one
+MISSING_HEADER = "/nonexistent/preflight-missing-header.h"
+
+
+def _cached_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.pop(EXTENSIONS_DIR_ENV, None)  # the default cache: what CI keeps between runs
+    return env
+
+
+def test_the_extensions_root_is_preflights_own(tmp_path: Path) -> None:
+    assert extensions_root({"HOME": str(tmp_path)}) == tmp_path / ".cache" / "preflight" / "torch_extensions"
+    assert extensions_root({"XDG_CACHE_HOME": str(tmp_path)}) == tmp_path / "preflight" / "torch_extensions"
+    assert extensions_root({EXTENSIONS_DIR_ENV: str(tmp_path / "x"), "XDG_CACHE_HOME": "/y"}) == tmp_path / "x"
+    assert extensions_root({"TORCH_EXTENSIONS_DIR": "/users/own", "HOME": str(tmp_path)}) != Path("/users/own")
+
+
+def test_the_ops_are_built_once_into_preflights_cache_and_then_loaded(tmp_path: Path) -> None:
+    user_dir = tmp_path / "users-own-torch-extensions"
+    env = {**_cached_env(), "TORCH_EXTENSIONS_DIR": str(user_dir)}
+    first = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)
+    assert first.ok, first.tail()
+    assert first.directory and Path(first.directory).parent == extensions_root(env)
+    assert f"_deepspeed0.19.8_{first.accelerator}_" in Path(first.directory).name
+    assert {op.name for op in first.ops} == {"deepspeed_shm_comm", "fused_adam"}  # CPU accelerator, this machine
+    for op in first.ops:
+        assert op.source in ("built", "cached") and op.device == "cpu" and op.compilers == ("c++",), op
+        assert op.module and op.module.startswith(first.directory) and op.builder_class.startswith(
+            "deepspeed.ops.op_builder.cpu."), op
+    assert not user_dir.exists()  # the user's own extensions directory is never touched
+    again = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)
+    assert again.ok and [op.source for op in again.ops] == ["cached", "cached"], again.tail()
+    verdict = judge_op_build(again)
+    assert verdict.status is Status.PASS and "loaded from preflight's cache" in verdict.summary, verdict.summary
+    assert {m.labels.get("op") for m in verdict.metrics if m.name == "op_load_time"} == {"deepspeed_shm_comm",
+                                                                                          "fused_adam"}
+    assert json.loads((Path(again.directory) / STATUS_NAME).read_text())["ok"] is True  # what the ranks read
+    assert op_build_blocker(again, "ZeRO-2") is None
+
+
+def _stale_baton(build_directory: Path) -> Path:
+    """Leave the lock torch's FileBaton leaves when its holder is killed: a child takes the baton the
+    way ``_jit_compile`` does (torch 2.4-2.13), then dies by SIGKILL."""
+    build_directory.mkdir(parents=True, exist_ok=True)
+    code = ("import os, sys, time; from torch.utils.file_baton import FileBaton; "
+            "b = FileBaton(os.path.join(sys.argv[1], 'lock')); assert b.try_acquire(); print('held', flush=True); "
+            "time.sleep(600)")
+    holder = subprocess.Popen([sys.executable, "-c", code, str(build_directory)], stdout=subprocess.PIPE, text=True)
+    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+    holder.send_signal(signal.SIGKILL)
+    holder.wait(timeout=30)
+    return build_directory / "lock"
+
+
+def test_a_lock_left_by_a_killed_build_is_removed_instead_of_waited_on(tmp_path: Path) -> None:
+    import torch.utils.file_baton  # noqa: F401 - the test needs a torch with FileBaton (2.4-2.14 all ship it)
+
+    env = _cached_env()
+    warm = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)
+    assert warm.ok and warm.directory, warm.tail()
+    lock = _stale_baton(Path(warm.directory) / "fused_adam")
+    assert lock.exists()
+    # torch 2.4.1-2.13 (FileBaton) would wait for this file for ever; preflight removes it first
+    after = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)
+    assert after.ok and str(lock) in after.stale_locks and not lock.exists(), after.tail()
+    assert "removed 1 stale build lock" in judge_op_build(after).summary
+
+
+def test_remove_stale_locks_only_when_no_preflight_process_holds_the_directory(tmp_path: Path) -> None:
+    folder = tmp_path / "py311_x_cpu"
+    (folder / "fused_adam").mkdir(parents=True)
+    (folder / "fused_adam" / "lock").write_text("")
+    assert remove_stale_locks(tmp_path, folder) == []  # no preflight lock file: not a root preflight built in
+    (tmp_path / LOCK_NAME).write_text("")
+    fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH)  # a rehearsal's rank loading its ops
+        assert remove_stale_locks(tmp_path, folder) == [] and (folder / "fused_adam" / "lock").exists()
+    finally:
+        os.close(fd)
+    assert remove_stale_locks(tmp_path, folder) == [str(folder / "fused_adam" / "lock")]
+
+
+def test_a_background_build_holds_the_lock_the_ranks_wait_on() -> None:
+    """Beside a rehearsal launch: the lock is taken before start() returns, released when the build ends."""
+    env = _cached_env()
+    root = extensions_root(env)
+    build = BackgroundOpBuild(BUILD_TIMEOUT_S, env=env)
+    build.start()
+    fd = os.open(root / LOCK_NAME, os.O_RDWR)
+    try:
+        with pytest.raises(BlockingIOError):
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # what a rank's deepspeed_ops phase waits on
+        result = build.result()
+        assert result.ok, result.tail()
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # free once the build has ended
+    finally:
+        os.close(fd)
+
+
+def test_a_directory_held_by_another_preflight_is_reported_busy(tmp_path: Path) -> None:
+    (tmp_path / LOCK_NAME).write_text("")
+    fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        build = build_ops(timeout_s=90, root=tmp_path, directory=tmp_path / "build", env=_cached_env())
+    finally:
+        os.close(fd)
+    assert build.busy and not build.ok and not build.timed_out, build.tail()
+    verdict = judge_op_build(build)
+    assert verdict.status is Status.ERROR and verdict.code == "OP_BUILD_BUSY"
+
+
+def test_a_compiler_that_cannot_run_is_quoted_in_the_verdict(tmp_path: Path) -> None:
+    """A real failed build: ``CXX`` with flags in it (torch writes it to build.ninja as one program name)."""
+    env = {**_cached_env(), "CXX": f"g++ -include {MISSING_HEADER}"}
+    build = build_ops(({"builder": "FusedAdamBuilder"},), timeout_s=600, root=tmp_path, directory=tmp_path / "fresh",
+                      env=env)
+    assert not build.ok and build.failed is not None and build.failed.name == "fused_adam", build.tail()
+    assert "Error building extension 'fused_adam'" in (build.failed.error or "")
+    status = json.loads((tmp_path / "fresh" / STATUS_NAME).read_text())  # ranks raise it, never rebuild
+    assert status["ok"] is False and "fused_adam: RuntimeError: Error building extension" in status["error"]
+    verdict = judge_op_build(build)
+    assert verdict.status is Status.FAIL and verdict.code == "DEEPSPEED_OP_BUILD_FAILED", verdict.summary
+    assert f"could not build its op 'fused_adam': /bin/sh: 1: g++ -include {MISSING_HEADER}: not found" in \
+        verdict.summary
+    assert op_build_blocker(build, "ZeRO-1") == ("ZeRO-1 not rehearsed: the build of DeepSpeed's ops failed "
+                                                 "(see test_deepspeed_ops)")
+
+
+def _failing_gxx(bin_dir: Path) -> Path:
+    """A ``g++`` that is the real g++ told to include a header that does not exist: a real compile error."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    wrapper = bin_dir / "g++"
+    wrapper.write_text(f'#!/bin/sh\nexec /usr/bin/g++ -include {MISSING_HEADER} "$@"\n')
+    wrapper.chmod(0o755)
+    return wrapper
+
+
+def test_the_slow_check_says_what_was_really_built(tmp_path: Path) -> None:
+    """``--slow`` on this CPU node: DeepSpeed's CPU accelerator and the C++ compiler, never "CUDA ... nvcc"."""
+    if not Path("/usr/bin/g++").exists():
+        pytest.skip("no /usr/bin/g++ on this machine")
+    facts = probe_toolkit()
+    env = {**_cached_env(), "CXX": str(_failing_gxx(tmp_path / "bin"))}
+    failed = fresh_jit_build(timeout_s=600, env=env)
+    verdict = judge_jit_build(facts, failed)
+    assert verdict.status is Status.FAIL and verdict.code == "DEEPSPEED_JIT_BUILD_FAILED", failed.tail()
+    assert "cpu accelerator" in verdict.summary, verdict.summary
+    assert f"fatal error: {MISSING_HEADER}: No such file or directory" in verdict.summary, verdict.summary
+    built = dataclasses.replace(failed, ok=True, ops=(OpLoad(
+        "FusedAdamBuilder", "fused_adam", "cpu", "built", 84.0, "cpu", ("c++",),
+        "deepspeed.ops.op_builder.cpu.fused_adam.FusedAdamBuilder", "/tmp/x/fused_adam.so"),))
+    summary = judge_jit_build(facts, built).summary
+    assert "JIT-built its CPU fused_adam with c++ only: the cpu accelerator" in summary, summary
+    assert "from scratch in 84 s" in summary
+
+
+def test_a_build_past_its_budget_is_slow_not_hung() -> None:
+    ops = (OpLoad("ShareMemCommBuilder", "deepspeed_shm_comm", "cpu", "built", 97.0, "cpu", ("c++",)),)
+    build = OpBuild(directory="/c/preflight/torch_extensions/py311_x_cpu", accelerator="cpu", ops=ops, ok=False,
+                    timed_out=True, busy=False, duration_s=295.0, budget_s=295.0, returncode=None, output="",
+                    versions={"deepspeed": "0.19.8"})
+    assert pending_builders(build) == ["FusedAdamBuilder"]
+    verdict = judge_op_build(build)
+    assert verdict.status is Status.WARN and verdict.code == "DEEPSPEED_OP_BUILD_SLOW"
+    assert "did not finish within its 295 s budget (FusedAdamBuilder was still compiling" in verdict.summary
+    assert "deepspeed_shm_comm (CPU, c++) built in 97 s" in verdict.summary and "next run resumes" in verdict.summary
+    assert "hung" not in verdict.summary and "NCCL" not in (verdict.remediation or "")
+
+
+def test_prebuilt_ops_for_another_torch_are_refused_with_deepspeeds_words() -> None:
+    message = ("RuntimeError: PyTorch version mismatch! DeepSpeed ops were compiled and installed with a different "
+               "version than what is being used at runtime. Please re-install DeepSpeed or switch torch versions. "
+               "Install torch version=2.4, Runtime torch version=2.13")
+    ops = (OpLoad("FusedAdamBuilder", "fused_adam", "cuda", "failed", 0.2, error=message),)
+    build = OpBuild("/d", "cuda", ops, False, False, False, 20.0, 600.0, 1, message)
+    verdict = judge_op_build(build)
+    assert verdict.status is Status.FAIL and verdict.code == "DEEPSPEED_PREBUILT_OPS_REFUSED"
+    assert "Install torch version=2.4, Runtime torch version=2.13" in verdict.summary
+
+
+def test_child_fact_lines_are_picked_out_of_the_build_output() -> None:
+    out = 'ninja: no work to do.\nPREFLIGHT_OP_BUILD {"kind": "done", "seconds": 1}\nPREFLIGHT_OP_BUILD {broken\n'
+    assert parse_child_output(out) == [{"kind": "done", "seconds": 1}]
