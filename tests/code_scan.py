@@ -141,6 +141,7 @@ class Scanner:
     def __init__(self, root: Path = ROOT) -> None:
         self.root = root
         self._modules: dict[Path, _Module] = {}
+        self._wrappers: dict[int, tuple[int | None, str]] = {}
 
     def module(self, path: Path) -> _Module:
         if path not in self._modules:
@@ -172,12 +173,39 @@ class Scanner:
                 found.append(Use(node.value.value, module.rel, node.lineno))
         return found
 
+    def _wrapper(self, module: _Module, node: ast.Call) -> tuple[int | None, str] | None:
+        """A function of this module (nested or not) named like the call: where its code parameter is, when
+        its body passes a parameter on as a code (``def problem(code, summary): ... fail(code, ...)``)."""
+        name = _call_name(node) if isinstance(node.func, ast.Name) else None
+        function = module.enclosing_function(node)
+        nested = list(ast.walk(function)) if function is not None else []
+        for definition in [*nested, *module.tree.body]:  # a def in this function, else one at module level
+            if not isinstance(definition, ast.FunctionDef) or definition.name != name:
+                continue
+            if id(definition) not in self._wrappers:
+                self._wrappers[id(definition)] = (None, "")  # while its own body is read: no recursion
+                self._wrappers[id(definition)] = self._code_parameter(module, definition)
+            return self._wrappers[id(definition)]
+        return None
+
+    def _code_parameter(self, module: _Module, definition: ast.FunctionDef) -> tuple[int | None, str]:
+        params = [a.arg for a in (*definition.args.posonlyargs, *definition.args.args)]
+        keywords = [a.arg for a in definition.args.kwonlyargs]
+        for inner in ast.walk(definition):
+            if not isinstance(inner, ast.Call):
+                continue
+            for expr in self._code_arguments(module, inner):
+                if isinstance(expr, ast.Name) and expr.id in params:
+                    return params.index(expr.id), expr.id
+                if isinstance(expr, ast.Name) and expr.id in keywords:
+                    return None, expr.id
+        return None, ""
+
     def _helper(self, module: _Module, node: ast.Call) -> str | None:
         """The helper a call reaches: its own name, or one a local alias names (``act = fail if x else warn``)."""
         name = _call_name(node)
         if name in CODE_POSITIONS:
-            defined_here = any(isinstance(d, ast.FunctionDef) and d.name == name for d in module.tree.body)
-            return None if defined_here else name
+            return name
         if isinstance(node.func, ast.Name):
             for value in self._values_of(module, node.func.id, node):
                 names = {n.id for n in ast.walk(value) if isinstance(n, ast.Name)} & set(CODE_POSITIONS)
@@ -186,12 +214,15 @@ class Scanner:
         return None
 
     def _code_arguments(self, module: _Module, node: ast.Call) -> list[ast.expr]:
-        name = self._helper(module, node)
-        if name is None:
+        wrapper = self._wrapper(module, node)
+        name = None if wrapper is not None else self._helper(module, node)
+        if wrapper is None and name is None:
             return []
-        index, keyword = CODE_POSITIONS[name]
+        index, keyword = wrapper if wrapper is not None else CODE_POSITIONS[str(name)]
+        if not keyword:
+            return []
         out = [kw.value for kw in node.keywords if kw.arg == keyword]
-        if name == "error" and not out and len(node.args) <= 1:
+        if wrapper is None and name == "error" and not out and len(node.args) <= 1:
             out.append(ast.Constant(ERROR_DEFAULT, lineno=node.lineno))
         starred = [arg for arg in node.args if isinstance(arg, ast.Starred)]
         if starred:

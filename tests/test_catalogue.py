@@ -114,11 +114,16 @@ def test_the_scanner_follows_every_way_a_code_is_written(tmp_path: Path) -> None
             fail(f"{what.upper()}_TEMPLATE", "s", "r")
             known = CAUSES.get(x)
             raise NvmlUnavailableError(*known)
+
+        def wrapped(x):
+            def problem(code, summary):
+                return fail(code, summary, "fix")
+            return problem("A_WRAPPED", "s")
     '''))
     found = {use.code for use in code_uses(tmp_path)}
     assert found == {"A_IMPORTED", "A_MODULE_CONSTANT", "A_NAMED_CODE", "A_TUPLE_FIRST", "A_ALIAS", "A_TUPLE_ALIAS",
                      "A_DICT_VALUE", "A_DICT_DEFAULT", "A_IFEXP", "B_IFEXP", "CHECK_ERROR", "A_FINDING", "A_NOTE",
-                     "{what.upper()}_TEMPLATE"}
+                     "A_WRAPPED", "{what.upper()}_TEMPLATE"}
 
 
 def test_entries_say_what_why_and_fix() -> None:

@@ -53,6 +53,12 @@ def _strategy(name: str) -> tuple[Code, ...]:
              "The job builds the same op at its first step and stops there.",
              "Install the CUDA toolkit matching torch.version.cuda (see the toolkit checks), ninja and g++, or "
              "install DeepSpeed with its ops pre-built (DS_BUILD_OPS=1 pip install deepspeed)."),
+        Code(f"{prefix}_OP_BUILD_UNFINISHED",
+             f"In the {title} rehearsal ranks were still loading (JIT-building) DeepSpeed's ops when the launch hit "
+             "its deadline: a slow op build, not a hung rank.",
+             "A job on a fresh node spends the same minutes compiling at its first step.",
+             "Run preflight again (the build is cached), raise --launch-timeout, or install DeepSpeed with its ops "
+             "pre-built."),
         Code(f"{prefix}_LOSS_NOT_FINITE",
              f"In the {title} rehearsal the loss of a tiny model became NaN or Inf.",
              "A tiny model on a fixed batch must learn: a non-finite loss points at a faulty GPU, a broken reduction "
