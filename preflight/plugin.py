@@ -184,7 +184,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if call.when == "teardown":
         final = state.final()
         report.user_properties = [*report.user_properties, ("preflight.verdict", final.status.value),
-                                  ("preflight.code", final.code or ""), ("preflight.summary", final.summary)]
+                                  ("preflight.code", final.code or ""), ("preflight.summary", final.summary),
+                                  ("preflight.remediation", final.remediation or "")]
         collector = item.config.stash.get(COLLECTOR_KEY, None)
         if collector is not None:
             collector.add_result(_check_result(item, final, state))
@@ -210,7 +211,16 @@ def _check_result(item: pytest.Item, verdict: Verdict, state: CheckState) -> Che
     module = getattr(getattr(item, "module", None), "__name__", "") or ""
     group = module.rsplit(".", 1)[-1].removeprefix("test_")
     return CheckResult(id=item.nodeid, name=item.name, title=doc[0].strip() if doc else item.name, group=group,
-                       verdict=verdict, duration_s=state.duration_s)
+                       verdict=verdict, duration_s=state.duration_s, gpu=_gpu_reference(item))
+
+
+def _gpu_reference(item: pytest.Item) -> dict[str, Any] | None:
+    """The ids of the GPU a per-GPU check (``gpu`` fixture, parametrized by NVML index) is about."""
+    callspec = getattr(item, "callspec", None)
+    index = callspec.params.get("gpu") if callspec is not None else None
+    if not isinstance(index, int) or isinstance(index, bool) or SETTINGS_KEY not in item.config.stash:
+        return None
+    return node_for(item.config).gpu_reference(index)
 
 
 def _is_check(item: pytest.Item) -> bool:

@@ -108,7 +108,8 @@ def apply_to_report(verdict: Verdict, report: pytest.TestReport, item: pytest.It
     """Make pytest's outcome agree with the verdict (FAIL/ERROR failed, SKIP skipped, WARN/PASS passed)."""
     if verdict.status in (Status.FAIL, Status.ERROR) and report.outcome != "failed":
         report.outcome = "failed"
-        report.longrepr = f"[{verdict.code}] {verdict.summary}"
+        fix = f"\nFix: {verdict.remediation}" if verdict.remediation else ""
+        report.longrepr = f"[{verdict.code}] {verdict.summary}{fix}"  # the JUnit failure body a CI view shows
     elif verdict.status is Status.SKIP and report.outcome != "skipped":
         path, lineno, _ = item.location
         report.outcome = "skipped"

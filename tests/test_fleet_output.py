@@ -120,8 +120,13 @@ def test_a_metric_recorded_by_a_check_added_later_shows_up_without_a_change(tmp_
 @pytest.mark.parametrize(("name", "unit", "expected"), [
     ("busbw_peak", "GB/s", "preflight_busbw_peak_gigabytes_per_second"),
     ("step_time_max", "s", "preflight_step_time_max_seconds"),
-    ("usable_bytes_per_gpu", "B", "preflight_usable_bytes_per_gpu_bytes"),
-    ("cpu_cores_per_rank", "cores", "preflight_cpu_cores_per_rank_cores"),
+    ("usable_bytes_per_gpu", "B", "preflight_usable_bytes_per_gpu"),
+    ("cpu_cores_per_rank", "cores", "preflight_cpu_cores_per_rank"),
+    ("ram_bytes_per_rank", "B", "preflight_ram_bytes_per_rank"),
+    ("shm_total_bytes", "B", "preflight_shm_total_bytes"),
+    ("jit_build_seconds", "s", "preflight_jit_build_seconds"),
+    ("launch_ranks", "ranks", "preflight_launch_ranks"),
+    ("bytes_sent", "s", "preflight_bytes_sent_seconds"),
     ("ranks", "", "preflight_ranks"),
     ("launch_wall_time_seconds", "s", "preflight_launch_wall_time_seconds"),
     ("verdict", "", "preflight_verdict_metric"),
@@ -129,6 +134,24 @@ def test_a_metric_recorded_by_a_check_added_later_shows_up_without_a_change(tmp_
 ])
 def test_family_names_follow_prometheus_conventions(name, unit, expected):
     assert family_name(name, unit) == expected
+
+
+def test_no_family_repeats_its_unit(tmp_path) -> None:
+    """The metrics the host checks record (cores and bytes per rank) come out with the unit said once."""
+    from preflight.judge.host import judge_cpu_memory
+    from preflight.probe.host import CpuMemoryFacts
+
+    facts = CpuMemoryFacts(logical_cpus=96, usable_cpus=96, cgroup_cpu_limit=None, mem_total_bytes=1 << 40,
+                           mem_available_bytes=1 << 39, cgroup_memory_limit_bytes=None)
+    verdict = judge_cpu_memory(facts, ranks=8)
+    path = tmp_path / "n.prom"
+    write_prometheus(make_report("n1", [("host", verdict)]), path)
+    names = [name for name in samples(path) if name.startswith("preflight_")]
+    assert "preflight_cpu_cores_per_rank" in names and "preflight_ram_bytes_per_rank" in names
+    for name in names:
+        tokens = name.removeprefix("preflight_").split("_")
+        for unit in ("bytes", "cores", "seconds", "ranks"):
+            assert tokens.count(unit) <= 1, name
 
 
 @pytest.mark.parametrize("text", ["node.txt", "metrics", ".prom"])

@@ -193,6 +193,16 @@ class Node:
         """The GPU at NVML ``index``."""
         return next(g for g in self.nvml.gpus if g.index == index)
 
+    def gpu_reference(self, index: int) -> dict[str, Any] | None:
+        """The report's ``gpu`` field of a check about the GPU at NVML ``index`` (its ids and CUDA index),
+        or None when NVML lists no such GPU."""
+        found = [g for g in self.nvml.gpus if g.index == index]
+        if not found:
+            return None
+        visible = self.visible
+        cuda = next((v.cuda_index for v in visible.gpus if v.gpu.nvml_index == index), None) if visible else None
+        return {**found[0].reference(), "cuda_index": cuda}
+
     # -- the report ------------------------------------------------------------------------------------
 
     def gpus_section(self) -> dict[str, Any]:

@@ -286,6 +286,10 @@ class PynvmlBackend:
         """``GPU-xxxxxxxx-...`` as ``nvidia-smi -L`` prints it."""
         return _text(self._call("nvmlDeviceGetUUID", self._handle(index)))
 
+    def serial(self, index: int) -> str | Absent:
+        """The board's serial number (``nvidia-smi -q`` "Serial Number"); NOT_SUPPORTED without an inforom."""
+        return _map(self._query("nvmlDeviceGetSerial", self._handle(index)), _text)
+
     def pci_bus_id(self, index: int) -> str:
         """PCI bus id with 8-digit domain, e.g. ``"00000000:18:00.0"``."""
         return _text(self._call("nvmlDeviceGetPciInfo", self._handle(index)).busId).upper()

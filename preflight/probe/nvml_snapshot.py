@@ -169,6 +169,7 @@ class GpuInfo:
     temperature_c: int | Absent
     processes: tuple[GpuProcess, ...] | Absent
     nvlinks: tuple[NvLinkInfo, ...] | Absent = ()  # every link NVML lists; () for a GPU without NVLink
+    serial: str | Absent = Absent.NOT_SUPPORTED  # board serial; only boards with an inforom report one
     query_errors: Mapping[str, str] = field(default_factory=dict)
     gpu_lost: bool = False  # some query answered NVML_ERROR_GPU_IS_LOST
 
@@ -207,6 +208,12 @@ class GpuInfo:
             mig_uuids=() if isinstance(self.mig_devices, Absent) else self.mig_devices,
         )
 
+    def reference(self) -> dict[str, Any]:
+        """Which GPU a per-GPU check is about, for a machine reading the report: NVML index, bus id, UUID,
+        serial (each value, or why NVML has none) and the model."""
+        return {"index": self.index, "pci_bus_id": _json(self.pci_bus_id), "uuid": _json(self.uuid),
+                "serial": _json(self.serial), "name": _json(self.name)}
+
     def table_row(self) -> dict[str, str | int]:
         """One flat row of the GPU table (what ``nvidia-smi`` shows, plus the health counters)."""
 
@@ -239,7 +246,7 @@ class GpuInfo:
         rows = self.remapped_rows
         return {
             "index": self.index, "name": _json(self.name), "uuid": _json(self.uuid),
-            "pci_bus_id": _json(self.pci_bus_id),
+            "pci_bus_id": _json(self.pci_bus_id), "serial": _json(self.serial),
             "memory_total_bytes": _json(self.memory_total), "memory_used_bytes": _json(self.memory_used),
             "memory_reserved_bytes": _json(self.memory_reserved),
             "compute_capability": _json(self.compute_capability) if isinstance(self.compute_capability, Absent)
@@ -286,6 +293,7 @@ _GPU_FIELDS: dict[str, Callable[[Any], Any]] = {
     "name": str,
     "uuid": str,
     "pci_bus_id": str,
+    "serial": str,
     "memory_total": int,
     "memory_used": int,
     "memory_reserved": int,

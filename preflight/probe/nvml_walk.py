@@ -169,6 +169,7 @@ def _gather_gpu(backend: PynvmlBackend, i: int) -> GpuInfo:
         name=ask("name", lambda: backend.name(i)),
         uuid=ask("uuid", lambda: backend.uuid(i)),
         pci_bus_id=ask("pci_bus_id", lambda: backend.pci_bus_id(i)),
+        serial=ask("serial", lambda: backend.serial(i)),
         memory_total=memory if isinstance(memory, Absent) else memory.total,
         memory_used=memory if isinstance(memory, Absent) else memory.used,
         memory_reserved=memory if isinstance(memory, Absent) else memory.reserved,

@@ -25,6 +25,7 @@ from preflight.errors import EXIT_NOT_READY, EXIT_OK
 from preflight.outcome import RunVerdict
 from preflight.probe.node import node_facts
 from preflight.report.facts import gathered_facts, gathered_sections
+from preflight.report import junit
 from preflight.report.html import render_html
 from preflight.report.model import CheckResult, RunRecord, build_report, headline
 from preflight.report.ownership import DirectoryInUse, ReportDirectory
@@ -126,6 +127,7 @@ class ReportCollector:
     @pytest.hookimpl(tryfirst=True)
     def pytest_sessionstart(self, session: pytest.Session) -> None:
         self.record.startup_s = _seconds_since_process_start()
+        junit.name_suite(self.config)
         threading.Thread(target=self._watchdog, name="preflight-watchdog", daemon=True).start()
         self._release_signals(deliver=True)  # every plugin is configured: a signal held since open() lands now
 
@@ -143,6 +145,9 @@ class ReportCollector:
         self.record.add(result)
         if self.lines is not None:
             self.lines.write(redact_obj({"type": "check", **result.as_dict()}))
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        junit.mark_warning(self.config, report)  # here, on the controller: xdist workers write no JUnit
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.record.interrupted = True

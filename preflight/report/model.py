@@ -29,12 +29,14 @@ class CheckResult:
     group: str
     verdict: Verdict
     duration_s: float
+    gpu: dict[str, Any] | None = None  # the GPU a per-GPU check is about (``Node.gpu_reference``)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON form."""
         v = self.verdict
         return {
             "id": self.id,
+            "gpu": self.gpu,
             "name": self.name,
             "title": self.title,
             "group": self.group,

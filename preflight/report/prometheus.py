@@ -10,7 +10,8 @@ Families: ``preflight_verdict{verdict}`` (1 for this run's verdict, 0 for the ot
 ``preflight_check_problem_info{check,status,code}``, ``preflight_gpu_count{source}``, run
 facts, and every numeric metric any check recorded as ``preflight_<name>_<unit>{check,...}``
 (e.g. ``preflight_busbw_peak_gigabytes_per_second{check,run}``,
-``preflight_step_time_max_seconds{check}``), so checks added later appear without a change here.
+``preflight_step_time_max_seconds{check}``; a name that already says its unit, such as
+``ram_bytes_per_rank``, does not repeat it), so checks added later appear without a change here.
 """
 
 from __future__ import annotations
@@ -143,10 +144,11 @@ RESERVED = {f"{PREFIX}_{n}" for n in ("verdict", "exit_code", "run_interrupted",
 
 
 def family_name(name: str, unit: str) -> str:
-    """``busbw_peak`` + ``GB/s`` -> ``preflight_busbw_peak_gigabytes_per_second``."""
+    """``busbw_peak`` + ``GB/s`` -> ``preflight_busbw_peak_gigabytes_per_second``; a name that already
+    says its unit keeps it once (``cpu_cores_per_rank`` + ``cores`` -> ``preflight_cpu_cores_per_rank``)."""
     suffix = UNIT_SUFFIXES.get(unit) or _NOT_NAME.sub("_", unit.replace("/", "_per_")).strip("_").lower()
     base = f"{PREFIX}_{_NOT_NAME.sub('_', name).strip('_').lower()}"
-    full = f"{base}_{suffix}" if suffix and not base.endswith(f"_{suffix}") else base
+    full = f"{base}_{suffix}" if suffix and f"_{suffix}_" not in f"{base}_" else base
     return f"{full}_metric" if full in RESERVED else full
 
 

@@ -410,6 +410,15 @@ class FakeNvmlLibrary:
             return _put_string(buffer, length, fake_uuid("MIG", f"{self.spec.name}/{slot}/mig{mig}"))
         return _put_string(buffer, length, fake_uuid("GPU", f"{self.spec.name}/{slot}"))
 
+    def _nvmlDeviceGetSerial(self, handle: Any, buffer: Any, length: Any) -> int:
+        # 13 digits, as the shared smi_q captures show ("Serial Number : 1651323018291" on H800,
+        # 1562521008218 on RTX A6000, 0561519020531 on V100); stable per profile and slot.
+        found = self._gpu(handle)
+        if isinstance(found, int):
+            return found
+        digits = int(hashlib.sha256(f"{self.spec.name}/{found[0]}".encode()).hexdigest(), 16) % 10**9
+        return _put_string(buffer, length, f"1652{digits:09d}")
+
     def _nvmlDeviceGetPciInfo_v3(self, handle: Any, info: Any) -> int:
         found = self._gpu(handle)
         if isinstance(found, int):
