@@ -116,7 +116,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Distributed checks in the launch's phase order (each waits for its phase on pytest's one thread).
     from preflight.fixtures.rehearsal import launch_order
 
-    items.sort(key=lambda item: (item.get_closest_marker("distributed") is not None, launch_order(item)))
+    def place(item: pytest.Item) -> tuple[bool, int]:
+        distributed = item.get_closest_marker("distributed") is not None
+        return distributed, launch_order(item) if distributed else 0
+
+    items.sort(key=place)
     if config.getoption("preflight_slow"):
         return
     for item in items:

@@ -23,6 +23,7 @@ PER_GPU = (
     "test_gpu_throttling",
 )  # test_gpu_pcie_link reads a sample taken under the sweep's load: test_pcie_link_is_judged_under_load
 NODE = (
+    "test_nvidia_gpu_present",
     "test_nvml",
     "test_gpu_count",
     "test_devices_agree",
@@ -251,7 +252,8 @@ def test_order_trap_checks_the_gpu_cuda_will_really_use(
 
 
 def test_k_selects_one_gpu(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
-    report, _ = run_checks(pytester, monkeypatch, *fake("8x-h100-sxm"), "-k", "gpu3")
+    # the PCIe link check reads the sweep under load (an 8-rank launch): test_pcie_link_is_judged_under_load
+    report, _ = run_checks(pytester, monkeypatch, *fake("8x-h100-sxm"), "-k", "gpu3 and not pcie_link")
     assert sorted(by_name(report)) == sorted(f"{name}[gpu3]" for name in PER_GPU)
 
 
@@ -268,17 +270,35 @@ GARBAGE = ["", "0,0", "GPU-zz, 1", "-1", "\u00e9,\u00e9\u00e9", "MIG-", "0-7", "
 
 
 @pytest.mark.parametrize("raw", [None, *GARBAGE])
-def test_cpu_machine_skips_and_stays_ready(
+def test_cpu_machine_in_a_cpu_rehearsal_skips_and_stays_ready(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, raw: str | None
 ) -> None:
-    report, _ = run_checks(pytester, monkeypatch, env={} if raw is None else {"CUDA_VISIBLE_DEVICES": raw})
+    report, _ = run_checks(pytester, monkeypatch, "--preflight-cpu",
+                           env={} if raw is None else {"CUDA_VISIBLE_DEVICES": raw})
     checks = by_name(report)
     if report["node"]["gpus"]["backend"] != "pynvml" or report["node"]["gpus"]["error"] is None:
         pytest.skip("this machine has an NVIDIA driver")
-    assert report["verdict"] == "READY"
+    assert report["verdict"] == "READY" and report["run"]["cpu_rehearsal"] is True
+    present = checks.pop("test_nvidia_gpu_present")
+    assert present["status"] == "PASS" and "CPU rehearsal" in present["summary"]
     assert {c["status"] for c in checks.values()} == {"SKIP"}
     assert checks["test_nvml"]["summary"].startswith("no NVIDIA GPU visible: libnvidia-ml.so.1 not found")
-    assert set(checks) == {*NODE, *(f"{name}[nogpu]" for name in PER_GPU)}
+    assert set(checks) | {"test_nvidia_gpu_present"} == {*NODE, *(f"{name}[nogpu]" for name in PER_GPU)}
+
+
+def test_cpu_machine_without_a_cpu_rehearsal_is_not_ready_no_nvidia_gpu(
+    pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 18.1: a container without the NVIDIA runtime must not be accepted as READY."""
+    report, _ = run_checks(pytester, monkeypatch)
+    if report["node"]["gpus"]["error"] is None or report["node"]["gpus"].get("on_pci_bus"):
+        pytest.skip("this machine has an NVIDIA GPU")
+    checks = by_name(report)
+    present = checks.pop("test_nvidia_gpu_present")
+    assert (present["status"], present["code"]) == ("FAIL", "NO_NVIDIA_GPU")
+    assert "--cpu" in present["remediation"]
+    assert {c["status"] for c in checks.values()} == {"SKIP"}
+    assert report["verdict"] == "NOT READY"
 
 
 def test_cpu_machine_expecting_gpus_is_not_ready(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -303,7 +323,7 @@ def test_preflight_command_on_this_cpu_machine(tmp_path: Path) -> None:
         pytest.skip(f"preflight.checks resolves to {checks_dir()}, another checkout")
     from tests.test_cli import preflight
 
-    result = preflight("--report-dir", str(tmp_path), "-k", "devices", env={"CUDA_VISIBLE_DEVICES": "0,,x"})
+    result = preflight("--cpu", "--report-dir", str(tmp_path), "-k", "devices", env={"CUDA_VISIBLE_DEVICES": "0,,x"})
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads((tmp_path / "preflight.json").read_text())
     if report["node"]["gpus"]["error"] is None:
