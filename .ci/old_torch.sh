@@ -4,7 +4,7 @@
 # A virtual environment with torch 2.4.1 from the package registry (the CUDA 12.1 wheel and its
 # nvidia-* libraries, about 2.5 GB: 3.5 min on a quiet machine, 10 min on a loaded one) is built once
 # in a persistent cache and kept; this checkout and DeepSpeed 0.19.8 are installed into it, then
-# `preflight --strategy all` runs on the CPU and its report is checked: no check ERRORs, DDP and
+# `preflight --cpu --strategy all` runs on the CPU and its report is checked: no check ERRORs, DDP and
 # ZeRO-1/2/3 PASS (DeepSpeed's CPU accelerator, its ops built once into preflight's own cache, kept
 # with the venv), FSDP2 SKIPs with the reason (it needs torch 2.7 on CPU ranks), exit code 0.
 #
@@ -34,7 +34,7 @@ fi
 installed=$(date +%s)
 out=$(mktemp -d "${TMPDIR:-/tmp}/preflight-old-torch.XXXXXX")
 status=0
-(cd "$out" && "$venv/bin/preflight" --strategy all --report-dir "$out/reports" --timeout 2400 \
+(cd "$out" && "$venv/bin/preflight" --cpu --strategy all --report-dir "$out/reports" --timeout 2400 \
     --op-build-timeout 1800) >"$out/preflight.log" 2>&1 || status=$?
 tail -n 25 "$out/preflight.log"
 "$venv/bin/python" - "$out/reports/preflight.json" "$status" <<'PY'
