@@ -9,6 +9,9 @@ import pytest
 import torch  # noqa: F401 - loaded before pytester snapshots sys.modules: unloading torch mid-run crashes the GC
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+# Ranks start in their launch's own directory (a stray ./numpy must not shadow the job's): test-only
+# workers (tests.workers.*) and plugins (tests.fakes.*) are importable in every child by path.
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
 TEST_DATA = Path(__file__).resolve().parent / "data"
 
 

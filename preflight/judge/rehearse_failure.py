@@ -15,15 +15,14 @@ import re
 import signal
 from collections.abc import Sequence
 
+from preflight.launch.outcome import PEER_FAILURE
 from preflight.outcome import Verdict, error, fail, warn
 from preflight.rehearse.facts import FINISHED, Frame, RankRun, SizeRun
 
 NODE_CHECKS = "preflight -k 'nccl or p2p or ddp'"
 _OOM = re.compile(r"out of memory|OutOfMemory|can't allocate memory|CUBLAS_STATUS_ALLOC_FAILED|"
                   r"std::bad_alloc|Cannot allocate memory", re.IGNORECASE)
-_PEER = re.compile(r"Connection closed by peer|Connection reset by peer|remote process exited|"
-                   r"peer.*(closed|disconnect)|Broken pipe|DistBackendError|NCCL communicator was aborted|"
-                   r"ProcessGroupNCCL.*(abort|timeout)|TCPStore.*(closed|failed)", re.IGNORECASE)
+_PEER = PEER_FAILURE
 _WAITING_FILES = ("/torch/distributed/", "/torch/nn/parallel/", "/deepspeed/comm/",
                   "/deepspeed/runtime/zero/", "/torch/_C/_distributed")
 _BACKWARD_FILES = ("/torch/autograd/", "/torch/_tensor.py")

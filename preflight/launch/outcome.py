@@ -16,6 +16,10 @@ from typing import Any
 
 from preflight.launch.plan import STARTUP_TITLE
 
+# What gloo/NCCL/the TCPStore raise on a rank whose peer went away: an echo of another rank's failure.
+PEER_FAILURE = re.compile(r"Connection closed by peer|Connection reset by peer|remote process exited|"
+                          r"peer.*(closed|disconnect)|Broken pipe|DistBackendError|NCCL communicator was aborted|"
+                          r"ProcessGroupNCCL.*(abort|timeout)|TCPStore.*(closed|failed)", re.IGNORECASE)
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
 FINISHED = "finished"
@@ -125,6 +129,8 @@ class PhaseResult:
         crashed = [r for r in self.ranks if r.state == "crashed"]
         if not crashed:
             return None
+        own = [r for r in crashed if not PEER_FAILURE.search(r.error or "")]
+        crashed = own or crashed  # a rank that only lost its peer is not the cause, whatever torchrun saw first
         named = root_cause_rank(self.launcher_tail)
         if named is not None and any(r.rank == named for r in crashed):
             return named
