@@ -46,7 +46,7 @@ def wait_for(predicate, timeout_s: float) -> bool:  # noqa: ANN001 - a predicate
 def test_srun_runs_the_quick_profile_on_the_node(cluster, tmp_path):
     out = tmp_path / "reports"
     result = cluster.run("srun", "-N1", "-n1", "-w", cluster.node, f"--chdir={tmp_path}", str(real_preflight(tmp_path)),
-                         "--profile", "quick", "--report-dir", str(out), "--prometheus", str(out / "node.prom"),
+                         "--cpu", "--profile", "quick", "--report-dir", str(out), "--prometheus", str(out / "node.prom"),
                          timeout=240)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:] + cluster.logs()
     report = json.loads((out / "preflight.json").read_text())

@@ -146,7 +146,7 @@ def test_fsdp_rehearsal_runs_under_pythonwarnings_error(tmp_path: Path) -> None:
     out = tmp_path / "reports"
     env = {**os.environ, "PYTHONWARNINGS": "error",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, "-m", "preflight", "--report-dir", str(out), "-k",
+    result = subprocess.run([sys.executable, "-m", "preflight", "--cpu", "--report-dir", str(out), "-k",
                              "fsdp or environment_hygiene"], capture_output=True, text=True, env=env, timeout=300)
     report = json.loads((out / "preflight.json").read_text())
     checks = {c["name"]: c for c in report["checks"]}

@@ -126,7 +126,9 @@ def test_a_hang_at_step_2_on_rank_0_names_rank_0_and_where_it_stopped(tmp_path):
     hang = check(report, "test_rehearsal_size[ranks2]")
     assert hang["code"] == "REHEARSAL_HUNG", hang["summary"]
     assert hang["summary"].startswith("2 ranks hung after step 2: rank 0 stopped in ddp_seed.py:")
-    assert "time.sleep(3600)" in hang["summary"] and "rank 1 waits in backward" in hang["summary"]
+    assert "time.sleep(3600)" in hang["summary"]
+    # rank 1 is either still waiting, or already raised from gloo when the watchdog ended rank 0
+    assert "rank 1 waits in backward" in hang["summary"] or "rank 1 lost its peer" in hang["summary"], hang["summary"]
     assert hang["details"]["ranks_behind"] == [0]
     assert_nothing_left(tmp_path)
 

@@ -119,7 +119,7 @@ def test_a_peer_that_lost_the_hung_rank_does_not_turn_the_hang_into_a_crash():
     verdict = name_failure(_run(sleeper, lost, stall_s=8.0))
     assert verdict is not None and verdict.code == "REHEARSAL_HUNG", verdict.summary
     assert verdict.details["ranks_behind"] == [0]
-    assert "rank 0 stopped in train.py:73" in verdict.summary
+    assert "rank 0 stopped in train.py:73" in verdict.summary and "rank 1 lost its peer" in verdict.summary
 
 
 def test_a_rank_that_left_early_while_its_peer_waits_is_named():

@@ -72,7 +72,7 @@ def test_the_check_skips_unselected_and_unavailable_strategies_without_launching
     """ZeRO-2 is selected but the quick profile leaves it out (no op build, no launch), FSDP2 is not selected."""
     pytester.makepyfile(test_inline=CHECKS_UNDER_TEST)
     out = pytester.path / "out"
-    result = pytester.runpytest("-p", "no:cacheprovider", f"--preflight-report-dir={out}",
+    result = pytester.runpytest("-p", "no:cacheprovider", f"--preflight-report-dir={out}", "--preflight-cpu",
                                 "--preflight-strategy=ddp,zero2", "--preflight-profile=quick", "-rs")
     result.assert_outcomes(skipped=5)  # four strategy steps and the op build check
     text = result.stdout.str()

@@ -195,6 +195,9 @@ def _hang(run: SizeRun, idle: list[RankRun]) -> Verdict:
     for rank in sorted(idle, key=lambda r: (r not in culprits, r.rank)):
         idle_for = f" for {rank.idle_s:.0f} s" if rank.idle_s is not None else ""
         parts.append(f"rank {rank.rank} {_where(rank)}{idle_for}")
+    for rank in run.ranks:  # ranks that lost the hung one when it was ended: its echo, not a cause
+        if rank not in idle and rank.ended in ("raised", "exit") and is_peer_failure(rank):
+            parts.append(f"rank {rank.rank} lost its peer ({(rank.error_message or '').strip()[:80]})")
     after = f"after step {least}" if least else "before the first optimizer step"
     summary = f"{_size(run.nproc)} hung {after}: " + "; ".join(parts)
     evidence = {f"rank {r.rank} stack while idle": _stack_text(r) for r in idle if r.stack}

@@ -155,6 +155,8 @@ def ops_phase(ctx: WorkerContext) -> dict[str, Any]:
     ctx.progress(phases.OP_LOAD)
     try:
         ops = load_ops(ctx)
+    except OpBuildError:
+        raise  # preflight's own build failed: its status already quotes the compiler
     except Exception as exc:
         build = op_build_error(ctx, exc)
         if build is not None:
