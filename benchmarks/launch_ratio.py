@@ -39,12 +39,12 @@ def _timed(argv: list[str]) -> tuple[float, float, int, str]:
 
 def bare(nproc: int | None) -> tuple[float, float, int, str]:
     ranks = f"--nproc-per-node={nproc}" if nproc else "--nproc-per-node=gpu"
-    if nproc is None and not _has_gpu():
+    if nproc is None and not has_gpu():
         ranks = "--nproc-per-node=2"
     return _timed([sys.executable, "-m", "torch.distributed.run", "--standalone", ranks, str(HERE / "bare_launch.py")])
 
 
-def _has_gpu() -> bool:
+def has_gpu() -> bool:
     probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
                            capture_output=True, text=True)
     return probe.stdout.strip() not in ("", "0")
@@ -67,7 +67,7 @@ def main() -> None:
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     if args.nproc:
         extra = ["--nproc", str(args.nproc), *extra]
-    if not _has_gpu():
+    if not has_gpu():
         extra = ["--cpu", *extra]  # no GPU here: the CPU rehearsal the bare launch is compared with
     rows: dict[str, list[tuple[float, float, int, str]]] = {"bare": [], "quick": [], "full": []}
     for round_ in range(args.runs):

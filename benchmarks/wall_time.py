@@ -17,11 +17,7 @@ import tempfile
 import time
 from pathlib import Path
 
-
-def _has_gpu() -> bool:
-    probe = subprocess.run([sys.executable, "-c", "import torch; print(torch.cuda.device_count())"],
-                           capture_output=True, text=True)
-    return probe.stdout.strip() not in ("", "0")
+from launch_ratio import has_gpu  # benchmarks/ is the script's own folder on sys.path
 
 
 def one_run(extra: list[str]) -> dict[str, float]:
@@ -47,7 +43,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     argv = sys.argv[1:]
     extra = argv[argv.index("--") + 1:] if "--" in argv else []
-    if "--cpu" not in extra and not _has_gpu():
+    if "--cpu" not in extra and not has_gpu():
         extra = ["--cpu", *extra]  # no GPU here: time the CPU rehearsal
     args = parser.parse_args(argv[: argv.index("--")] if "--" in argv else argv)
     runs = [one_run(extra) for _ in range(args.runs)]

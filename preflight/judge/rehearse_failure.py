@@ -22,7 +22,6 @@ from preflight.rehearse.facts import FINISHED, Frame, RankRun, SizeRun
 NODE_CHECKS = "preflight -k 'nccl or p2p or ddp'"
 _OOM = re.compile(r"out of memory|OutOfMemory|can't allocate memory|CUBLAS_STATUS_ALLOC_FAILED|"
                   r"std::bad_alloc|Cannot allocate memory", re.IGNORECASE)
-_PEER = PEER_FAILURE
 _WAITING_FILES = ("/torch/distributed/", "/torch/nn/parallel/", "/deepspeed/comm/",
                   "/deepspeed/runtime/zero/", "/torch/_C/_distributed")
 _BACKWARD_FILES = ("/torch/autograd/", "/torch/_tensor.py")
@@ -63,7 +62,7 @@ def is_oom(rank: RankRun) -> bool:
 
 def is_peer_failure(rank: RankRun) -> bool:
     """An error that only says a peer went away (gloo/NCCL after another rank died)."""
-    return bool(_PEER.search(f"{rank.error_type or ''} {rank.error_message or ''}"))
+    return bool(PEER_FAILURE.search(f"{rank.error_type or ''} {rank.error_message or ''}"))
 
 
 def waiting_place(stack: Sequence[Frame]) -> str | None:
