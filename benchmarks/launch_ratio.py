@@ -5,7 +5,9 @@
 Each round runs, one after the other: a bare launch (``benchmarks/bare_launch.py``: start, join the
 group, one all-reduce, leave), ``preflight --profile quick`` and ``preflight --profile full``, so a
 noisy machine slows all three alike. Prints every run, the medians (wall and CPU seconds of the
-whole process tree) and the two ratios. Targets on a 2-core CPU machine: quick <= 1.5x, full <= 2.0x.
+whole process tree) and the ratios. Targets on a 2-core CPU machine: quick <= 1.5x, full <= 2.0x.
+With DeepSpeed installed the full profile also rehearses ZeRO-1/2/3, so each round also runs the full
+profile as it is without it (``--strategy ddp,fsdp``), reported as ``full-no-zero``.
 On a GPU node it runs as is (the bare launch then uses NCCL on every GPU).
 """
 
@@ -70,18 +72,30 @@ def main() -> None:
     if not has_gpu():
         extra = ["--cpu", *extra]  # no GPU here: the CPU rehearsal the bare launch is compared with
     rows: dict[str, list[tuple[float, float, int, str]]] = {"bare": [], "quick": [], "full": []}
+    no_zero = has_deepspeed() and "--strategy" not in extra
+    if no_zero:
+        rows["full-no-zero"] = []
     for round_ in range(args.runs):
         rows["bare"].append(bare(args.nproc))
         rows["quick"].append(preflight("quick", extra))
         rows["full"].append(preflight("full", extra))
+        if no_zero:  # the full profile as it is without DeepSpeed installed: DDP, P2P, sweeps, FSDP2
+            rows["full-no-zero"].append(preflight("full", [*extra, "--strategy", "ddp,fsdp"]))
         print(f"round {round_ + 1}: " + "  ".join(f"{k} {v[-1][0]:.2f} s ({v[-1][3]})" for k, v in rows.items()),
               flush=True)
     medians = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
-    print(f"{'command':8s} {'wall (median)':>14s} {'CPU (median)':>13s}")
+    print(f"{'command':12s} {'wall (median)':>14s} {'CPU (median)':>13s}")
     for name, (wall, cpu) in medians.items():
-        print(f"{name:8s} {wall:12.2f} s {cpu:11.2f} s")
+        print(f"{name:12s} {wall:12.2f} s {cpu:11.2f} s")
     base = medians["bare"][0]
-    print(f"quick / bare = {medians['quick'][0] / base:.2f}x   full / bare = {medians['full'][0] / base:.2f}x")
+    print("   ".join(f"{name} / bare = {medians[name][0] / base:.2f}x" for name in rows if name != "bare"))
+
+
+def has_deepspeed() -> bool:
+    """Whether this interpreter has DeepSpeed (then the full profile also rehearses ZeRO-1/2/3)."""
+    import importlib.util
+
+    return importlib.util.find_spec("deepspeed") is not None
 
 
 if __name__ == "__main__":

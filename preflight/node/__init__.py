@@ -80,10 +80,21 @@ class Job:
         """The job's GPUs (0 on a CPU rehearsal)."""
         return len(self.gpu_indices)
 
+    def launches_like(self, other: Job) -> bool:
+        """Whether a launch planned for ``other`` is a launch for this job (same ranks on the same GPUs)."""
+        return (self.gpu_indices, self.ranks, self.on_gpu, self.cuda_devices) == (
+            other.gpu_indices, other.ranks, other.on_gpu, other.cuda_devices)
+
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON for the report."""
         return {"gpus": list(self.gpu_indices), "ranks": self.ranks, "on_gpu": self.on_gpu, "source": self.source,
                 "cuda_devices": self.cuda_devices}
+
+
+def cpu_job(nproc: int | None) -> Job:
+    """A CPU rehearsal (``--cpu``): gloo ranks, whatever GPUs and torch there are."""
+    ranks = nproc or CPU_RANKS
+    return Job((), ranks, False, f"{ranks} CPU ranks on gloo (a CPU rehearsal, --cpu)")
 
 
 def decide_job(torch: JobTorch, job_gpus: tuple[GpuInfo, ...], nproc: int | None, cpu: bool = False) -> Job:
@@ -93,10 +104,9 @@ def decide_job(torch: JobTorch, job_gpus: tuple[GpuInfo, ...], nproc: int | None
     GPUs (in CUDA order) say which they are. ``--nproc`` overrides the rank count and the job then
     uses the first that many GPUs, as ``--nproc-per-node=N`` does. ``cpu`` (``--cpu``) asks for a CPU
     rehearsal on gloo ranks, whatever GPUs there are."""
-    gpus = torch.gpus
     if cpu:
-        ranks = nproc or CPU_RANKS
-        return Job((), ranks, False, f"{ranks} CPU ranks on gloo (a CPU rehearsal, --cpu)")
+        return cpu_job(nproc)
+    gpus = torch.gpus
     if gpus:
         ranks = nproc or gpus
         source = f"{ranks} ranks ({'--nproc' if nproc else 'one per GPU torch sees'})"
@@ -183,6 +193,29 @@ class Node:
     def job(self) -> Job:
         """The job's GPUs and ranks."""
         return decide_job(self.torch, self.job_gpus, self.nproc, self.cpu_rehearsal)
+
+    @property
+    def torch_ready(self) -> bool:
+        """Whether the job's torch has answered (reading :attr:`torch` would not wait)."""
+        return self._torch.ready()
+
+    @property
+    def launch_job(self) -> Job:
+        """The job as the rehearsal launch needs it, decided without waiting for the job's torch where
+        NVML (or ``--cpu``) suffices: the launch then starts while torch is still being imported. The
+        rehearsal compares it with :attr:`job` before any check reads a phase and relaunches when they
+        differ (torch counting other GPUs than NVML shows is itself a FAIL of the device checks)."""
+        if self.cpu_rehearsal:
+            return cpu_job(self.nproc)
+        if self.torch_ready:
+            return self.job
+        identified = [g for g in self.visible_gpus if g.identity() is not None]
+        if not identified:
+            return self.job  # NVML promises nothing: torch decides
+        ranks = self.nproc or len(identified)
+        return Job(tuple(g.index for g in identified[:ranks]), ranks, True,
+                   f"{ranks} ranks ({'--nproc' if self.nproc else 'one per GPU NVML shows the job'})",
+                   cuda_devices=len(identified))
 
     @cached_property
     def pci_gpus(self) -> PciGpus:

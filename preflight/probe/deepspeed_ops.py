@@ -164,13 +164,14 @@ def _op(fact: Mapping[str, Any]) -> OpLoad:
 def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_s: float = DEFAULT_TIMEOUT_S,
               root: Path | None = None, directory: Path | None = None, jit: bool = False, locked: bool = False,
               runner: CommandRunner = run_command, python: str = sys.executable,
-              env: Mapping[str, str] | None = None) -> OpBuild:
+              env: Mapping[str, str] | None = None, cpu_info: Path | None = None) -> OpBuild:
     """Load (building when needed) ``builders`` in a child interpreter under ``timeout_s``; never raises.
 
     ``root`` holds one folder per Python/torch/DeepSpeed/accelerator/install (default
     :func:`extensions_root`); ``directory`` forces one folder (the ``--slow`` check builds in a fresh
     temporary one); ``jit`` calls ``jit_load`` so an op pre-built into the wheel is compiled anyway;
-    ``locked``: the caller holds the root's lock (:class:`BackgroundOpBuild`).
+    ``locked``: the caller holds the root's lock (:class:`BackgroundOpBuild`); ``cpu_info``: where the
+    child leaves py-cpuinfo's answer for the ranks (:func:`~preflight.probe.op_build_child.share_cpu_info`).
     """
     base = dict(os.environ if env is None else env)
     top = root or extensions_root(base)
@@ -179,6 +180,8 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
                             "root": str(top), "locked": locked}
     if directory is not None:
         spec["directory"] = str(directory)
+    if cpu_info is not None:
+        spec["cpu_info"] = str(cpu_info)
     child_env = {**base, "PYTHONUNBUFFERED": "1"}
     child_env.pop("TORCH_EXTENSIONS_DIR", None)  # the child sets its own; never the user's
     result = runner([python, "-c", _BOOT, str(CHILD), json.dumps(spec)], timeout_s=timeout_s, env=child_env)
@@ -253,8 +256,10 @@ class BackgroundOpBuild:
     build rather than compile under their own deadline. :meth:`result` waits for it."""
 
     def __init__(self, timeout_s: float, *, root: Path | None = None, env: Mapping[str, str] | None = None,
-                 runner: CommandRunner = run_command, python: str = sys.executable) -> None:
+                 runner: CommandRunner = run_command, python: str = sys.executable,
+                 cpu_info: Path | None = None) -> None:
         self.timeout_s = timeout_s
+        self.cpu_info = cpu_info
         self.env = dict(os.environ if env is None else env)
         self.root = root or extensions_root(self.env)
         self.runner = runner
@@ -279,11 +284,12 @@ class BackgroundOpBuild:
                 self._fd = try_lock(self.root)
             if self._fd is None:  # another preflight kept the directory: let its ranks finish
                 self._result.append(build_ops(timeout_s=max(1.0, self.timeout_s - (time.monotonic() - started)),
-                                              root=self.root, runner=self.runner, python=self.python, env=self.env))
+                                              root=self.root, runner=self.runner, python=self.python, env=self.env,
+                                              cpu_info=self.cpu_info))
                 return
             left = max(1.0, self.timeout_s - (time.monotonic() - started))
             self._result.append(build_ops(timeout_s=left, root=self.root, locked=True, runner=self.runner,
-                                          python=self.python, env=self.env))
+                                          python=self.python, env=self.env, cpu_info=self.cpu_info))
         finally:
             if self._fd is not None:
                 os.close(self._fd)

@@ -167,9 +167,48 @@ def load_one(entry: dict[str, Any], accelerator: Any, directory: str, jit: bool)
     return None
 
 
+def share_cpu_info(path: str) -> None:
+    """Make py-cpuinfo's ``get_cpu_info()`` answer once per run, from ``path`` when it holds an answer.
+
+    DeepSpeed's CPU op builders ask it twice per load (``OpBuilder.cpu_arch`` and ``simd_width``,
+    op_builder/builder.py lines 427 and 483 in 0.19.8), and py-cpuinfo runs a fresh Python child each
+    time (``get_cpu_info_json``: ``Popen([sys.executable, __file__, '--json'])``), 1.3 s each on a small
+    VM, in every rank. The answer is this machine's and this run's (the file lives in the run's report
+    folder and is removed when the run starts its build), so the flags DeepSpeed derives are the same."""
+    try:
+        import cpuinfo  # type: ignore[import-untyped,import-not-found,unused-ignore]  # py-cpuinfo, a DeepSpeed dependency
+    except ImportError:
+        return
+    ask = cpuinfo.get_cpu_info
+    if getattr(ask, "preflight_shared", False):
+        return
+
+    def once() -> Any:
+        try:
+            with open(path, encoding="utf-8") as handle:
+                found = json.load(handle)
+            if isinstance(found, dict) and found:
+                return found
+        except (OSError, ValueError):
+            pass
+        info = ask()
+        if isinstance(info, dict) and info:
+            tmp = f"{path}.{os.getpid()}.tmp"
+            with contextlib.suppress(OSError):
+                with open(tmp, "w", encoding="utf-8") as handle:
+                    json.dump(info, handle)
+                os.replace(tmp, path)
+        return info
+
+    once.preflight_shared = True  # type: ignore[attr-defined]  # a mark: patched once per process
+    cpuinfo.get_cpu_info = once
+
+
 def main(argv: list[str]) -> int:
     spec = json.loads(argv[1])
     start = time.monotonic()
+    if spec.get("cpu_info"):
+        share_cpu_info(str(spec["cpu_info"]))
     import torch
 
     import deepspeed

@@ -166,13 +166,29 @@ def checkpoint_round_trip(ctx: WorkerContext, model: Any, optimizer: Any, fresh:
             "probe_loss_after_load": probe_after, "removed": not path.exists() if ctx.rank == 0 else None}
 
 
+CPU_MIN_TORCH = (2, 7)  # = preflight.judge.strategies.FSDP2_CPU_MIN_TORCH (workers import no judge)
+
+
+def cpu_ranks_unsupported(version: str) -> bool:
+    """FSDP2 on CPU ranks before torch 2.7 fails in CUDA stream calls: the check skips it, saying why."""
+    parts = version.split("+")[0].split(".")
+    try:
+        return (int(parts[0]), int(parts[1])) < CPU_MIN_TORCH
+    except (IndexError, ValueError):
+        return False
+
+
 def run(ctx: WorkerContext) -> dict[str, Any]:
-    """A few FSDP2 steps and a checkpoint round trip; returns losses, timings, memory and digests."""
+    """A few FSDP2 steps and a checkpoint round trip; returns losses, timings, memory and digests.
+    Returns at once on CPU ranks of a torch that cannot run FSDP2 there: the launch is planned before
+    the job's torch version is known, and the check skips this phase on that version."""
     import torch
     from torch.distributed.device_mesh import init_device_mesh
 
     from preflight.workers import tiny_model as tm
 
+    if not ctx.on_gpu and cpu_ranks_unsupported(str(torch.__version__)):
+        return {"strategy": "fsdp", "not_run": f"torch {torch.__version__} cannot run FSDP2 on CPU ranks"}
     args = parse_args(ctx.args)
     _, policy_type, api = fsdp_api()
     bf16 = tm.bf16_supported(ctx)

@@ -153,6 +153,10 @@ def ops_phase(ctx: WorkerContext) -> dict[str, Any]:
     the ops, so the ZeRO phases after it start with them loaded. Returns the wait and the loads."""
     start = time.perf_counter()
     ctx.progress(phases.OP_LOAD)
+    if "--cpu-info" in ctx.args:
+        from preflight.probe.op_build_child import share_cpu_info
+
+        share_cpu_info(ctx.args[ctx.args.index("--cpu-info") + 1])
     try:
         ops = load_ops(ctx)
     except OpBuildError:
