@@ -118,3 +118,15 @@ def test_a_launch_planned_for_gpus_torch_cannot_use_is_stopped_and_the_checks_sa
     assert (tmp_path / "logs" / "rehearsal" / "torchrun.log").exists(), "the NVML-planned launch had started"
     left = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert not left, left
+
+
+def test_the_torch_probe_finds_fsdp2_without_importing_it() -> None:
+    """The probe reads where ``fully_shard`` is exported from the package source (importing
+    ``torch.distributed.fsdp`` costs 1.3 s beside the launch); the answer is the import's."""
+    import importlib
+
+    done = subprocess.run([sys.executable, "-I", str(REPO_ROOT / "preflight" / "probe" / "torch_child.py")],
+                          capture_output=True, text=True, timeout=120, check=True)
+    answer = json.loads(done.stdout.strip().splitlines()[-1])
+    found = answer["fsdp2_api"]
+    assert found is not None and hasattr(importlib.import_module(found), "fully_shard")

@@ -14,6 +14,7 @@ launcher's gate file, so preflight's own probe checks never share the CPUs with 
 
 from __future__ import annotations
 
+import gc
 import importlib
 import json
 import os
@@ -73,6 +74,8 @@ def run_phase(ctx: WorkerContext, progress: Progress, phase: dict[str, Any], gat
             wait_for_gate(gate, progress)
             progress.enter(name, f"{name}: starting")
         function = load_entry(str(phase["entry"]))
+        gc.freeze()  # what earlier phases imported (torch._dynamo, _inductor: 10^6 objects) is never garbage:
+        # DeepSpeed's gc.collect() calls (ZeRO-3's defragment, twice per engine) then scan only this phase's
         ctx.args = [str(a) for a in phase.get("args", [])]
         ctx.notes = []
         started = time.monotonic()
