@@ -9,7 +9,9 @@ job's interpreter, :mod:`preflight.node.torch`). Everything else is derived, on 
   ``CUDA_DEVICE_ORDER`` leave of NVML's GPUs, **in CUDA order** (cuda0 first);
 - :attr:`Node.job_gpus`: the GPUs the job uses (the visible ones, the first ``--nproc`` of them);
 - :attr:`Node.job`: the one answer to "how many ranks, on GPUs or not" that every check, the report
-  and ``preflight merge`` use.
+  and ``preflight merge`` use;
+- :attr:`Node.launch_job`: the same answer before the job's torch has answered, for the one reader
+  that must not wait for it: the rehearsal launch, which checks it against :attr:`Node.job` later.
 """
 
 from __future__ import annotations
@@ -265,6 +267,11 @@ class Node:
                              problem="not known: the run was interrupted before the job's torch answered")
             job = decide_job(torch, self.job_gpus, self.nproc, self.cpu_rehearsal)
         return {"torch": torch.as_dict(), "job": job.as_dict(), "gpus": self.gpus_section()}
+
+    @property
+    def can_launch(self) -> bool:
+        """:attr:`can_rehearse` as the launch sees it before the job's torch answers (:attr:`launch_job`)."""
+        return self.launch_job.on_gpu or self.cpu_rehearsal
 
     @property
     def can_rehearse(self) -> bool:
