@@ -99,6 +99,14 @@ def cpu_job(nproc: int | None) -> Job:
     return Job((), ranks, False, f"{ranks} CPU ranks on gloo (a CPU rehearsal, --cpu)")
 
 
+def gpu_job(gpus: int, job_gpus: tuple[GpuInfo, ...], nproc: int | None, counted_by: str) -> Job:
+    """A job on ``gpus`` devices (as ``counted_by`` counts them): ``--nproc`` ranks, else one per device,
+    on the first that many of ``job_gpus``."""
+    ranks = nproc or gpus
+    source = f"{ranks} ranks ({'--nproc' if nproc else counted_by})"
+    return Job(tuple(g.index for g in job_gpus[:ranks]), ranks, True, source, cuda_devices=gpus)
+
+
 def decide_job(torch: JobTorch, job_gpus: tuple[GpuInfo, ...], nproc: int | None, cpu: bool = False) -> Job:
     """The job from what torch counts and which GPUs CUDA_VISIBLE_DEVICES leaves it.
 
@@ -110,9 +118,7 @@ def decide_job(torch: JobTorch, job_gpus: tuple[GpuInfo, ...], nproc: int | None
         return cpu_job(nproc)
     gpus = torch.gpus
     if gpus:
-        ranks = nproc or gpus
-        source = f"{ranks} ranks ({'--nproc' if nproc else 'one per GPU torch sees'})"
-        return Job(tuple(g.index for g in job_gpus[:ranks]), ranks, True, source, cuda_devices=gpus)
+        return gpu_job(gpus, job_gpus, nproc, "one per GPU torch sees")
     ranks = nproc or CPU_RANKS
     why = torch.problem or torch.device_count_error or (
         "torch is a CPU build" if not torch.is_cuda_build else "torch sees no GPU")
@@ -211,13 +217,10 @@ class Node:
             return cpu_job(self.nproc)
         if self.torch_ready:
             return self.job
-        identified = [g for g in self.visible_gpus if g.identity() is not None]
-        if not identified:
+        visible = sum(1 for g in self.visible_gpus if g.identity() is not None)
+        if not visible:
             return self.job  # NVML promises nothing: torch decides
-        ranks = self.nproc or len(identified)
-        return Job(tuple(g.index for g in identified[:ranks]), ranks, True,
-                   f"{ranks} ranks ({'--nproc' if self.nproc else 'one per GPU NVML shows the job'})",
-                   cuda_devices=len(identified))
+        return gpu_job(visible, self.job_gpus, self.nproc, "one per GPU NVML shows the job")
 
     @cached_property
     def pci_gpus(self) -> PciGpus:
