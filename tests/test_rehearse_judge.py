@@ -122,6 +122,23 @@ def test_a_peer_that_lost_the_hung_rank_does_not_turn_the_hang_into_a_crash():
     assert "rank 0 stopped in train.py:73" in verdict.summary and "rank 1 lost its peer" in verdict.summary
 
 
+def test_the_waiter_that_calls_the_stall_first_still_names_the_sleeper():
+    """The other order of that race (seen here under load): rank 1, waiting in backward, reached the
+    stall limit first; torchrun then ended the sleeping rank 0, whose last record read 7.4 s idle."""
+    waiter = _done(1, steps=2, ended="stalled", window_s=None, window_steps=0, stack=IN_BACKWARD, idle_s=8.0,
+                   still_s=6.0)
+    sleeper = _done(0, steps=2, ended="killed", window_s=None, window_steps=0, stack=SLEEPING, idle_s=7.4,
+                    still_s=5.4, exit_code=-signal.SIGTERM, launcher_state="crashed")
+    verdict = name_failure(_run(waiter, sleeper, stall_s=8.0, deadline_s=150.0))
+    assert verdict is not None and verdict.code == "REHEARSAL_HUNG", verdict.summary
+    assert verdict.summary.startswith("2 ranks hung after step 2: rank 0 stopped in train.py:73"), verdict.summary
+    assert verdict.details["ranks_behind"] == [0]
+    ahead = _done(0, steps=3, ended="killed", window_s=None, window_steps=0, stack=SLEEPING, idle_s=1.0,
+                  exit_code=-signal.SIGTERM, launcher_state="crashed")
+    verdict = name_failure(_run(waiter, ahead, stall_s=8.0, deadline_s=150.0))
+    assert verdict is not None and verdict.details["ranks_behind"] == [1]  # a rank further on is not the one
+
+
 def test_a_rank_that_left_early_while_its_peer_waits_is_named():
     left = _done(0, steps=4, ended="returned", window_s=None, window_steps=0)
     waiting = _done(1, steps=4, ended="stalled", window_s=None, window_steps=0, stack=IN_BACKWARD, idle_s=11.0)
@@ -138,15 +155,29 @@ def test_no_step_before_the_deadline_says_where_the_ranks_were():
 
 
 def test_a_stall_in_the_first_collective_points_to_the_node_checks():
-    ranks = [RankRun(rank=r, ended="deadline", steps=0, stack=IN_DDP_INIT, pg_up_s=6.0, idle_s=50.0) for r in (0, 1)]
+    ranks = [RankRun(rank=r, ended="deadline", steps=0, stack=IN_DDP_INIT, pg_up_s=6.0, idle_s=50.0, still_s=44.0)
+             for r in (0, 1)]
     verdict = name_failure(_run(*ranks))
     assert verdict is not None and verdict.code == "REHEARSAL_FIRST_COLLECTIVE_HUNG"
     assert "process group came up 6 s after the launch" in verdict.summary
     assert "preflight -k" in (verdict.remediation or "")
 
 
+def test_one_look_inside_ddp_forward_of_a_loop_that_never_steps_is_not_a_hung_link():
+    # the CI failure this came from: ddp_seed.py --no-step on 1 rank, the deadline's look landed in
+    # DDP.forward (torch/nn/parallel/), a frame younger than a tick
+    in_forward = (*RUNPY, Frame("/work/train.py", 61, "main", "loss = F.mse_loss(ddp(x), y)"),
+                  Frame(f"{SITE}/torch/nn/parallel/distributed.py", 1680, "forward", "inputs, kwargs = self._pre_forward"))
+    rank = RankRun(rank=0, ended="deadline", steps=0, stack=in_forward, pg_up_s=3.0, idle_s=38.0, still_s=0.002)
+    verdict = name_failure(_run(rank, deadline_s=40.0, stall_s=8.0))
+    assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP"
+    assert "no optimizer step in 40 s" in verdict.summary and "was still running at train.py:61 (loss = F.mse_loss(ddp(x), y)), not stuck" in verdict.summary
+    stuck = RankRun(rank=0, ended="deadline", steps=0, stack=in_forward, pg_up_s=3.0, idle_s=38.0, still_s=30.0)
+    assert name_failure(_run(stuck, deadline_s=40.0, stall_s=8.0)).code == "REHEARSAL_FIRST_COLLECTIVE_HUNG"
+
+
 def test_a_rank_busy_in_its_own_code_before_the_first_step_is_named_not_the_link():
-    waiting = RankRun(rank=0, ended="deadline", steps=0, stack=IN_DDP_INIT, pg_up_s=6.0, idle_s=50.0)
+    waiting = RankRun(rank=0, ended="deadline", steps=0, stack=IN_DDP_INIT, pg_up_s=6.0, idle_s=50.0, still_s=44.0)
     sleeping = RankRun(rank=1, ended="deadline", steps=0, stack=SLEEPING, pg_up_s=6.0, idle_s=50.0)
     verdict = name_failure(_run(waiting, sleeping))
     assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP"

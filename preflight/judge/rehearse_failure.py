@@ -28,6 +28,7 @@ _BACKWARD_FILES = ("/torch/autograd/", "/torch/_tensor.py")
 _BUILD_FILES = ("/torch/utils/cpp_extension.py", "/deepspeed/ops/op_builder/", "/torch/_inductor/", "/triton/")
 _LIBRARY_MARKS = ("site-packages", "dist-packages", "<frozen", "/lib/python3", "preflight/rehearse/bootstrap.py")
 TRACEBACK_LINES = 25
+MOVING_S = 1.0  # a rank whose last look found it in a call younger than this was still running
 
 OOM_FIX = ("It ran out of memory. Lower the per-GPU (micro) batch, turn on activation checkpointing, train in bf16, "
            "or shard the model state (FSDP, ZeRO-2/3); `preflight size --model-params N --gpus K --gpu-memory M` "
@@ -106,11 +107,24 @@ def _where(rank: RankRun) -> str:
     at = f" at {mine.where()}" if mine else ""
     if place == "build":
         return f"is JIT-compiling (a C++/CUDA extension or torch.compile){at}"
+    if place in ("collective", "backward") and _moving(rank):
+        return f"was still running{at}, not stuck in any one call"
     if place == "collective":
         return f"waits in a collective{at}"
     if place == "backward":
         return f"waits in backward{at} (where DDP's gradient all-reduce waits for its peers)"
     return f"stopped in {mine.where() if mine else _innermost_call(rank.stack)}"
+
+
+def _moving(rank: RankRun) -> bool:
+    return rank.still_s is not None and rank.still_s < MOVING_S
+
+
+def _stuck_in_collective(run: SizeRun, rank: RankRun) -> bool:
+    """In a collective after the group came up, in the same call for a good part of the deadline: one
+    look inside DDP's forward of a loop that never steps is not a hung link."""
+    return (rank.pg_up_s is not None and waiting_place(rank.stack) == "collective" and rank.still_s is not None
+            and rank.still_s >= min(run.stall_s, run.deadline_s / 4))
 
 
 def _size(nproc: int) -> str:
@@ -208,7 +222,7 @@ def _hang(run: SizeRun, idle: list[RankRun]) -> Verdict:
 def _no_step(run: SizeRun) -> Verdict:
     """No step by the deadline. Every rank waiting in a collective after the process group came up
     is the link's fault; a rank busy anywhere else (data, its own code) is the one the others wait for."""
-    waiting = [r for r in run.ranks if r.pg_up_s is not None and waiting_place(r.stack) == "collective"]
+    waiting = [r for r in run.ranks if _stuck_in_collective(run, r)]
     evidence = {f"rank {r.rank} stack at the deadline": _stack_text(r) for r in run.ranks if r.stack}
     if waiting and len(waiting) == len(run.ranks):
         rank = waiting[0]
@@ -234,6 +248,8 @@ def name_failure(run: SizeRun) -> Verdict | None:
     first = _first_failure(run)
     idle = [r for r in run.ranks if r.ended == "stalled" or (r.ended in ("deadline", "killed", "missing")
                                                             and r.steps > 0 and _idle_past_stall(run, r))]
+    if any(r.ended == "stalled" for r in run.ranks):
+        idle += _ended_with_the_stall(run, idle)
     if first is not None and not (idle and first.ended in ("raised", "exit") and is_peer_failure(first)):
         return _crash(run, first)  # a rank that only lost its peer while another stalled is the hang's echo
     if idle:
@@ -249,6 +265,14 @@ def name_failure(run: SizeRun) -> Verdict | None:
                     f"{run.deadline_s:.0f} s deadline; the figures rest on those", SLOW_FIX,
                     details={"failure": "deadline", "steps_reached": reached})
     return None
+
+
+def _ended_with_the_stall(run: SizeRun, idle: list[RankRun]) -> list[RankRun]:
+    """Ranks torchrun ended when a peer's watchdog called the stall, no further on than that peer:
+    they sat as long, though their last record (written once a second) can read a little under the
+    limit. Two ranks that stop together (one sleeps, one waits for it) race to call it."""
+    most = max(r.steps for r in run.ranks if r.ended == "stalled")
+    return [r for r in run.ranks if r not in idle and r.ended in ("killed", "missing") and 0 < r.steps <= most]
 
 
 def _idle_past_stall(run: SizeRun, rank: RankRun) -> bool:

@@ -105,6 +105,9 @@ class StepCounter:
         self.exit_code: int | None = None
         self.error: dict[str, Any] | None = None
         self.stack: list[dict[str, Any]] | None = None
+        self._still_frame: Any = None  # the main thread's innermost frame at the last look
+        self._still_line = 0
+        self._still_since: float | None = None
         self.pg_up: float | None = None
         self.backend: str | None = None
         self.device: Any = None
@@ -201,7 +204,10 @@ class StepCounter:
             self.ended = ended
             self.exit_code = code
             self.error = error
-            self.stack = _main_stack() if ended in ("stalled", "deadline", "parent_gone") else None
+            if ended in ("stalled", "deadline", "parent_gone"):
+                self._look(_now())
+            else:
+                self.stack = None
             self._write(final=True)
             self._final = True
         if code == 0:
@@ -236,6 +242,7 @@ class StepCounter:
             "error": self.error,
             "stack": self.stack,
             "idle_s": round(_now() - (self.starts[-1] if self.starts else self.started), 3),
+            "still_s": None if self._still_since is None else round(_now() - self._still_since, 3),
             "pg_up_s": None if self.pg_up is None else round(self.pg_up - base, 3),
             "backend": self.backend,
             "device": None if self.device is None else str(self.device),
@@ -278,13 +285,32 @@ class StepCounter:
                 except Exception:  # noqa: BLE001 - only a label
                     self.backend = None
             idle = now - (self.starts[-1] if self.starts else self.started)
-            self.stack = _main_stack() if idle >= STACK_AFTER_S else None
+            if idle >= STACK_AFTER_S:
+                self._look(now)
+            else:
+                self._forget()
             if self.count >= 1 and idle >= self.stall_s:
                 self.finish("stalled", EXIT_STALLED)
             if now - last_write >= WRITE_EVERY_S:
                 with self._lock:
                     self._write()
                 last_write = now
+
+    def _look(self, now: float) -> None:
+        """Keep the main thread's stack, and since when it has sat in one call (the same frame object
+        on the same line): a collective that never returns sits still, while a loop through forward()
+        or barrier() makes a new frame per call, however often a look lands inside one."""
+        frame = sys._current_frames().get(threading.main_thread().ident or -1)
+        if frame is None:
+            self._forget()
+            return
+        if frame is not self._still_frame or frame.f_lineno != self._still_line:
+            self._still_frame, self._still_line, self._still_since = frame, frame.f_lineno, now
+        self.stack = _stack_of(frame)
+
+    def _forget(self) -> None:
+        self.stack = None
+        self._still_frame, self._still_since = None, None
 
     def _parent_gone(self) -> bool:
         if os.getppid() != self.torchrun_pid:
@@ -312,11 +338,8 @@ def _proc_start_time(pid: int) -> str | None:
     return None if fields[0] in ("Z", "X") else fields[19]
 
 
-def _main_stack() -> list[dict[str, Any]] | None:
-    """The main thread's innermost Python frames, read from this (another) thread."""
-    frame = sys._current_frames().get(threading.main_thread().ident or -1)
-    if frame is None:
-        return None
+def _stack_of(frame: Any) -> list[dict[str, Any]]:
+    """A thread's innermost Python frames (read from another thread)."""
     frames = traceback.extract_stack(frame)[-STACK_FRAMES:]
     return [{"file": f.filename, "line": f.lineno, "function": f.name, "code": (f.line or "").strip()}
             for f in frames]

@@ -53,6 +53,7 @@ class RankRun:
     error_time: float | None = None
     stack: tuple[Frame, ...] = ()
     idle_s: float | None = None
+    still_s: float | None = None  # how long the main thread had sat in one call when its stack was taken
     pg_up_s: float | None = None
     backend: str | None = None
     device: str | None = None
@@ -207,6 +208,7 @@ def rank_run(record: Mapping[str, Any] | None, outcome: RankOutcome) -> RankRun:
         error_time=float(error["time"]) if error and error.get("time") is not None else None,
         stack=_frames(record.get("stack")),
         idle_s=record.get("idle_s"),
+        still_s=record.get("still_s"),
         pg_up_s=record.get("pg_up_s"),
         backend=record.get("backend"),
         device=record.get("device"),
