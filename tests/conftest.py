@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 # workers (tests.workers.*) and plugins (tests.fakes.*) are importable in every child by path.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
 TEST_DATA = Path(__file__).resolve().parent / "data"
+
+
+def as_foreground_job() -> None:
+    """``preexec_fn`` for a preflight the test will Ctrl-C: SIGINT back to its default, as in a
+    terminal. A shell that runs the suite as a background job leaves SIGINT ignored, and Python then
+    never turns it into KeyboardInterrupt (nor does preflight, which keeps what it inherited)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def shared_fixtures_dir() -> Path:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import validate_report
+from tests.conftest import as_foreground_job, validate_report
 from tests.test_safety_e2e import HOSTILE, _env, _processes_of
 
 pytestmark = pytest.mark.subprocess
@@ -71,7 +71,7 @@ def test_early_signal_leaves_an_interrupted_report(tmp_path: Path, point: str, h
            "PREFLIGHT_TEST_STALL_MARK": str(mark)}
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "--report-dir", str(out), "-k", "planted_pass",
                              "--", *HOSTILE], env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+                            text=True, start_new_session=True, preexec_fn=as_foreground_job)
     try:
         _wait_for(point, out, mark, proc)
         proc.send_signal(getattr(signal, how))

@@ -24,7 +24,7 @@ import pytest
 
 from preflight import cli
 from preflight.plugin import all_options
-from tests.conftest import REPO_ROOT, validate_report
+from tests.conftest import REPO_ROOT, as_foreground_job, validate_report
 from tests.fakes import planted
 
 pytestmark = pytest.mark.subprocess
@@ -352,7 +352,7 @@ def test_interrupted_run_leaves_a_valid_partial_report(tmp_path: Path, point: st
         extra = ["--launch-timeout", "120", "--", "-p", "tests.fakes.faulty_ddp", *HOSTILE]
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "--cpu", "--report-dir", str(out), "-k", selection, *extra],
                             env=_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=as_foreground_job)
     try:
         _wait_for(point, mark, proc, run)
         signalled = time.monotonic()
