@@ -35,7 +35,7 @@ from preflight.parse.launch_command import LaunchCommand
 from preflight.parse.quantity import Headroom
 from preflight.probe.gpu_memory import GpuMemory
 from preflight.probe.host import probe_disk
-from preflight.probe.job_plan import find_ds_config_arg, read_script, resolve
+from preflight.probe.job_plan import find_ds_config_arg, read_program, resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,11 +118,11 @@ def ds_config_verdicts(config: DsConfig, node: PlanNode, world: JobWorld, fit: F
 
 def scan_script_file(path: str, cwd: Path | None = None) -> ScriptScan | Verdict:
     """The trap scan of a script file, or a WARN when it cannot be read (it was not checked)."""
-    source = read_script(path, cwd)
+    source = read_program(path, cwd)
     if source.text is None:
         return warn("SCRIPT_UNREADABLE", f"training script {source.path} {source.problem}: it was not scanned",
                     "Run preflight from the job's directory or give the script's full path (--script FILE).")
-    return scan_script(source.text, path)
+    return scan_script(source.text, path, source.neighbours)
 
 
 def rehearsal_plan_verdicts(

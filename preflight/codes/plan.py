@@ -260,11 +260,42 @@ CODES = (
          "The job stops at start on every rank.",
          "Fix the syntax error named."),
     Code("SCRIPT_SAVE_ON_ONE_RANK",
-         "A collective checkpoint save (DeepSpeed save_checkpoint, dcp.save, accelerator.save_state) runs only "
-         "under a rank test. " + _STATIC,
-         "The other ranks never join the collective: the job hangs at its first checkpoint until the NCCL timeout.",
-         "Call the save on every rank (it writes from the ranks that must); keep only prints and logging under "
-         "the rank test."),
+         "A collective checkpoint save runs only under a rank test: a DeepSpeed engine's save_checkpoint or "
+         "save_16bit_model (always a collective: it calls dist.barrier), or accelerator.save_state in a script "
+         "written for DeepSpeed or FSDP (a collective there only; see SCRIPT_SAVE_STATE_ON_MAIN). " + _STATIC,
+         "The other ranks never join the collective: the job hangs at its first checkpoint until the collective "
+         "timeout kills every rank. Under plain DDP, accelerator.save_state on the main process does not hang.",
+         "Call the save on every rank (it writes from the ranks that must); keep only prints, logging and the "
+         "cleanup of old checkpoints under the rank test."),
+    Code("SCRIPT_SAVE_STATE_ON_MAIN",
+         "accelerator.save_state runs on the main process only, in a script not written for DeepSpeed or FSDP. "
+         + _NOTE,
+         "Under plain DDP Accelerate's save_state synchronises nothing, so this costs nothing; with a DeepSpeed or "
+         "FSDP accelerate config it is a collective and the job would hang at the first checkpoint.",
+         "Nothing to do under DDP; before switching the accelerate config to DeepSpeed or FSDP, call save_state on "
+         "every process."),
+    Code("SCRIPT_SHARDED_FORWARD_ON_ONE_RANK",
+         "A forward pass (model(x), model.generate, a generate/evaluate helper given the model) of a sharded model "
+         "(FSDP, FSDP2 fully_shard, Lightning's FSDP/ModelParallel strategy, ZeRO-3) runs only under a rank test. "
+         + _STATIC,
+         "Each sharded layer all-gathers its parameters from every rank before it computes; the ranks that skip the "
+         "branch never join, so the job hangs (litgpt finetune/lora.py generates on rank 0 only since PR #2213).",
+         "Run the forward on every rank and keep only printing or saving its result under the rank test."),
+    Code("SCRIPT_SAME_BATCHES_EVERY_RANK",
+         "A shuffling DataLoader without a DistributedSampler or a per-rank shard, in a distributed script where "
+         "every rank seeds torch the same way. " + _STATIC,
+         "RandomSampler draws its order from torch's generator, so every rank draws the same permutation: N ranks "
+         "compute N copies of one gradient and the job learns from the data of one GPU while paying for N "
+         "(DeepSpeedExamples HelloDeepSpeed and the GAN example do this).",
+         "Pass sampler=DistributedSampler(dataset) (and call set_epoch each epoch), or give the dataset to "
+         "deepspeed.initialize(training_data=...) or the loader to accelerator.prepare."),
+    Code("SCRIPT_SAME_FILE_EVERY_RANK",
+         "torch.save to one path runs on every rank of a distributed job (no rank test around it, no rank in the "
+         "file name). " + _STATIC,
+         "Each rank truncates and rewrites the file while the others write it: a restart or a reader can find it "
+         "torn, and the checkpoint is written N times.",
+         "Save on one rank (if dist.get_rank() == 0) and barrier before anyone reads it, or put the rank in the "
+         "file name."),
     Code("SCRIPT_COLLECTIVE_IN_RANK_BRANCH",
          "A collective (barrier, all_reduce, broadcast, ...) runs only under a rank test. " + _STATIC,
          "The ranks that skip the branch leave the others waiting: the job hangs.",
@@ -286,8 +317,11 @@ CODES = (
          "Every rank uses the same GPU.",
          "Pass device_ids=[local_rank]."),
     Code("SCRIPT_SAMPLER_NO_SET_EPOCH",
-         "A shuffling DistributedSampler whose set_epoch is never called in the training loop. " + _STATIC,
-         "Every epoch repeats the same order on every rank, which hurts convergence silently.",
+         "A training DistributedSampler (it shuffles by default) whose set_epoch is never called once per epoch, "
+         "directly or in a function the epoch loop calls. Evaluation samplers and samplers handed to a trainer "
+         "library are not judged. " + _STATIC,
+         "Its order is seeded with seed + epoch, so every epoch repeats the first epoch's order, which hurts "
+         "convergence silently.",
          "Call sampler.set_epoch(epoch) at the start of each epoch."),
     Code("SCRIPT_FSDP_SHARD_SAVE",
          "torch.save of an FSDP model's state_dict() under a rank test. " + _STATIC,

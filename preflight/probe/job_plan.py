@@ -10,8 +10,10 @@ the usual parsers spell it: DeepSpeed's ``--deepspeed_config`` (``deepspeed.add_
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from preflight.parse.script_imports import MAX_MODULES, neighbour_files
 
 DS_CONFIG_FLAGS = ("--deepspeed_config", "--deepspeed-config", "--ds-config", "--ds_config", "--ds-config-file",
                    "--deepscale_config", "--deepspeed")
@@ -27,6 +29,8 @@ class ScriptSource:
     exists: bool
     text: str | None
     problem: str | None = None
+    neighbours: dict[str, str] = field(default_factory=dict)
+    """The modules beside the script that its imports load, by path relative to its directory."""
 
 
 def find_ds_config_arg(args: Sequence[str]) -> str | None:
@@ -63,3 +67,24 @@ def read_script(path: str, cwd: Path | None = None) -> ScriptSource:
         return ScriptSource(str(where), True, where.read_text(encoding="utf-8", errors="replace"))
     except OSError as exc:
         return ScriptSource(str(where), where.exists(), None, exc.strerror or str(exc))
+
+
+def read_program(path: str, cwd: Path | None = None) -> ScriptSource:
+    """The script and the modules beside it that it imports (each read like the script, at most
+    ``MAX_MODULES`` of them): Python puts the script's directory first on ``sys.path``."""
+    source = read_script(path, cwd)
+    if source.text is None:
+        return source
+    base = Path(source.path).parent
+
+    def read(relative: str) -> str | None:
+        where = base / relative
+        try:
+            if not where.is_file() or where.stat().st_size > MAX_SCRIPT_BYTES:
+                return None
+            return where.read_text(encoding="utf-8", errors="replace")
+        except OSError:
+            return None
+
+    neighbours = neighbour_files(source.text, read, MAX_MODULES)
+    return ScriptSource(source.path, source.exists, source.text, source.problem, neighbours)
