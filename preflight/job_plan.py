@@ -24,7 +24,7 @@ from preflight.judge.ds_config import (
     judge_ds_zero,
     zero_plan,
 )
-from preflight.judge.launch_command import LaunchNode, launch_ranks
+from preflight.judge.launch_command import LaunchNode, ScriptFacts, launch_ranks
 from preflight.judge.memory_fit import DEFAULT_HEADROOM, FitPlan, plan_memory_fit
 from preflight.judge.script_traps import ScriptScan, judge_script_traps, scan_script
 from preflight.judge.sizing import BytesPerParam, LoraSplit
@@ -132,6 +132,17 @@ def ds_config_verdicts(config: DsConfig, node: PlanNode, world: JobWorld, fit: F
         PlanVerdict("ds_config_keys", "Every key of the DeepSpeed config is one DeepSpeed reads",
                     judge_ds_keys(config, load_known_keys(), node.deepspeed_version)),
     ]
+
+
+def script_facts(path: str | None, scan: ScriptScan | Verdict, cwd: Path | None = None) -> ScriptFacts:
+    """What the launch judge needs of the launched script: does it exist, resume, read --local-rank, spawn."""
+    if path is None:
+        return ScriptFacts(None, None, None)
+    exists = resolve(path, cwd).is_file()
+    if not isinstance(scan, ScriptScan) or scan.facts is None:
+        return ScriptFacts(path, exists, None)
+    facts = scan.facts
+    return ScriptFacts(path, exists, scan.resumes, facts.arguments, str(facts.spawns) if facts.spawns else None)
 
 
 def scan_script_file(path: str, cwd: Path | None = None) -> ScriptScan | Verdict:

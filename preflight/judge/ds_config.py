@@ -296,7 +296,7 @@ def judge_ds_batch(config: DsConfig, world: JobWorld) -> Verdict:
 
 def _auto_batch(config: DsConfig, values: Mapping[str, int | None | str], size: int, world: JobWorld,
                 autos: list[str], findings: list[Finding], details: dict[str, Any]) -> Verdict:
-    """``"auto"``: the Hugging Face Trainer fills it (train_batch_size = ranks x micro x accumulation)."""
+    """``"auto"``: the Hugging Face Trainer or Accelerate fills it (train_batch_size = ranks x micro x accumulation)."""
     findings.append(note("DS_AUTO", ", ".join(autos), '"auto", set by the Hugging Face Trainer (or Accelerate) from '
                          + ", ".join(HF_FILLED[key] for key in autos)
                          + ' (plain deepspeed.initialize refuses "auto" in the batch keys)'))
@@ -304,15 +304,15 @@ def _auto_batch(config: DsConfig, values: Mapping[str, int | None | str], size: 
     if isinstance(micro, int) and isinstance(accumulation, int):
         effective = micro * accumulation * size
         summary = (f"effective batch {effective} = {micro} per GPU x {accumulation} accumulation steps x {size} ranks "
-                   f"({world.how}), train_batch_size filled by the Hugging Face Trainer")
+                   f"({world.how}), train_batch_size filled by the Hugging Face Trainer or Accelerate")
         metrics = [Metric("effective_batch", effective, "samples")]
         return findings_verdict(findings, ok_summary=summary, subject=f"{config.source} batch", metrics=metrics,
                                 details=details)
     if isinstance(train, int):
         findings.append(note("DS_BATCH_FIXED", TB, f"train_batch_size {train} is fixed: the Hugging Face Trainer "
                              f"refuses a run where {size} ranks x per-device batch x accumulation differs from it"))
-    summary = (f"batch set by the Hugging Face Trainer: effective batch = --per_device_train_batch_size x "
-               f"--gradient_accumulation_steps x {size} ranks ({world.how})")
+    summary = (f"batch set by the Hugging Face Trainer or Accelerate: effective batch = per-device batch x "
+               f"gradient accumulation x {size} ranks ({world.how})")
     return findings_verdict(findings, ok_summary=summary, subject=f"{config.source} batch", details=details)
 
 

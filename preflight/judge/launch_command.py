@@ -117,8 +117,9 @@ def judge_launch_command(command: LaunchCommand, node: LaunchNode, script: Scrip
         findings.append(note("LAUNCH_VISIBLE_IN_COMMAND", VISIBLE,
                              f"the command sets {VISIBLE}={command.env[VISIBLE]}: the job sees {visible} GPU"
                              f"{'s' if visible != 1 else ''}"))
-    if command.runs_module:
-        _module(command, facts.module, findings)
+    if command.runs_module and _module(command, facts.module, findings):
+        return findings_verdict(findings, ok_summary="", subject="launch command",
+                                details={"launcher": command.launcher, "module": command.script})
     if command.launcher == "torchrun":
         _torchrun(command, node, visible, facts.script, findings)
     elif command.launcher == "deepspeed":
@@ -286,15 +287,17 @@ def _rank_logs(command: LaunchCommand, ranks: int | None, findings: list[Finding
                              "rank)"))
 
 
-def _module(command: LaunchCommand, module: ModuleLookup | None, findings: list[Finding]) -> None:
-    """``python -m NAME`` / ``torchrun -m NAME``: the module must be there for the job to start."""
+def _module(command: LaunchCommand, module: ModuleLookup | None, findings: list[Finding]) -> bool:
+    """``python -m NAME`` / ``torchrun -m NAME``: the module must be there for the job to start.
+
+    True when it is not (the one finding that matters then: nothing else of the line runs)."""
     name = command.script
     where = f"-m {name}"
     if module is None or module.state in ("found", "unknown"):
         if module is not None and module.state == "unknown":
             findings.append(note("LAUNCH_MODULE_UNCHECKED", where, f"could not ask the job's interpreter for {name} "
                                  f"({module.detail})"))
-        return
+        return False
     part = module.part or name
     hint = _launcher_hint(name)
     if module.state == "missing" and "." in part:
@@ -307,6 +310,7 @@ def _module(command: LaunchCommand, module: ModuleLookup | None, findings: list[
                                 f"no package {part} in the job's interpreter from the directory preflight runs in: "
                                 "it could not be checked (the job fails the same way if started from here)",
                                 "Run preflight from the job's directory, or install the package."))
+        return False
     elif module.state == "not-a-package":
         findings.append(problem(Status.FAIL, "LAUNCH_MODULE_MISSING", where,
                                 f"{part} is a module, not a package: python cannot find {name} and exits",
@@ -315,6 +319,7 @@ def _module(command: LaunchCommand, module: ModuleLookup | None, findings: list[
         findings.append(problem(Status.FAIL, "LAUNCH_MODULE_MISSING", where,
                                 f"{name} is a package without __main__: 'cannot be directly executed', the job "
                                 "never starts", f"Name the module to run inside {name}{hint or ''}."))
+    return True
 
 
 def _launcher_hint(name: str) -> str:
