@@ -2,17 +2,18 @@
 
 from __future__ import annotations
 
-import pytest
-
 import os
 import sys
+from pathlib import Path
+
+import pytest
 
 from preflight.judge.launch_command import LaunchFacts, LaunchNode, ScriptFacts, judge_launch_command, launch_ranks
 from preflight.judge.script_traps.facts import ArgFacts, Argument, Where
 from preflight.outcome import Status, Verdict
 from preflight.parse.launch_command import LaunchCommandError, parse_launch_command
 from preflight.probe.command import run_command
-from preflight.probe.job_plan import HostfileFacts, ModuleLookup, find_module
+from preflight.probe.job_plan import HostfileFacts, ModuleLookup, find_module, read_hostfile
 
 EIGHT = LaunchNode(node_gpus=8, visible_gpus=8, visible_var=None, cpus=64)
 NO_GPU = LaunchNode(node_gpus=0, visible_gpus=0, visible_var=None, cpus=2)
@@ -314,3 +315,13 @@ def test_include_names_a_host_of_the_hostfile() -> None:
     assert judge("deepspeed --hostfile hostfile --include worker-1:0,1 t.py", TORCH2, facts).status is Status.PASS
     bad = judge("deepspeed --hostfile hostfile --include worker-2 t.py", TORCH2, facts)
     assert bad.code == "LAUNCH_DS_FILTER_HOST" and "the hostfile lists worker-0, worker-1" in bad.summary
+
+
+def test_hostfile_probe_reads_the_file_deepspeed_reads(tmp_path: Path) -> None:
+    (tmp_path / "hostfile").write_text("worker-0 slots=8\n")
+    given = read_hostfile("hostfile", tmp_path)
+    assert given.given and given.exists and given.text == "worker-0 slots=8\n"
+    missing = read_hostfile("nope", tmp_path)
+    assert missing.given and not missing.exists and missing.text is None
+    default = read_hostfile(None, tmp_path)
+    assert not default.given and default.path == "/job/hostfile"
