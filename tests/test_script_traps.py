@@ -166,3 +166,15 @@ def test_rank_conditions_are_those_that_differ_between_ranks() -> None:
                       "args.local_rank != -1": False, "local_rank > -1": False,
                       "accelerator.is_main_process": True, "fabric.global_rank == 0": True, "rank is None": False,
                       "trainer.args.should_save": True}
+
+
+def test_fan_out_under_many_rank_tests_is_bounded() -> None:
+    """Each function calls the next three under three different rank tests: 3^12 paths, a bounded walk."""
+    lines = ["import torch.distributed as dist", "rank = dist.get_rank()"]
+    for i in range(40):
+        lines += [f"def f{i}():", *(f"    if rank == {k}:\n        f{i + 1 + k}()" for k in range(3)),
+                  "    dist.barrier()"]
+    lines += ["def f40():\n    pass", "def f41():\n    pass", "def f42():\n    pass", "f0()"]
+    result = scan_script("\n".join(lines) + "\n", "fan.py")
+    assert result.syntax_error is None and result.traps
+    assert all(t.code == "SCRIPT_COLLECTIVE_IN_RANK_BRANCH" for t in result.traps)

@@ -33,6 +33,9 @@ from preflight.judge.script_traps.ranks import RankValues
 EXITS = (ast.Return, ast.Continue, ast.Break, ast.Raise)
 MAX_DEPTH = 12
 """Calls followed from the top level at most (a training script's call chains are shallow)."""
+MAX_ENTRIES = 500
+"""Function bodies walked at most per program (the corpus needs 33 at most): a bound on fan-out under many rank
+tests; functions past it are still walked once each, on their own."""
 NO_GRAD = frozenset({"no_grad", "inference_mode"})
 EVAL_WORDS = frozenset({"val", "dev", "test", "eval", "sample", "generate"})
 EVAL_PREFIXES = ("eval", "valid", "generat", "inference", "predict", "testing")
@@ -120,6 +123,7 @@ class Walk:
     visited: set[int] = field(default_factory=set)
     memo: set[tuple[int, tuple[tuple[str, int], ...], bool, bool]] = field(default_factory=set)
     kinds_memo: dict[int, frozenset[str]] = field(default_factory=dict)
+    loops_memo: dict[int, frozenset[str]] = field(default_factory=dict)
 
     @property
     def script(self) -> Module:
@@ -286,12 +290,15 @@ def _enter(walk: Walk, module: Module, function: FunctionNode, owner: str | None
     no_grad = any(last(module.names.qualname(_callee(d))) in NO_GRAD for d in function.decorator_list)
     in_eval = ctx.in_eval or no_grad or eval_name(function.name)
     key = (id(function), tuple((c.path, c.line) for c in conditions), ctx.in_loop, in_eval)
-    if key in walk.memo:
+    if key in walk.memo or len(walk.memo) >= MAX_ENTRIES:
         return
     walk.memo.add(key)
     walk.visited.add(id(function))
-    inner = Context(module, conditions, ctx.balanced, ctx.in_loop, in_eval, function.name, chain, owner,
-                    loop_targets(function.body), ctx.reached)
+    loops = walk.loops_memo.get(id(function))
+    if loops is None:
+        loops = walk.loops_memo[id(function)] = loop_targets(function.body)
+    inner = Context(module, conditions, ctx.balanced, ctx.in_loop, in_eval, function.name, chain, owner, loops,
+                    ctx.reached)
     defaults = [d for d in (*function.args.defaults, *function.args.kw_defaults) if d is not None]
     _exprs(walk, defaults, replace(inner, chain=ctx.chain))
     _block(walk, function.body, inner)
