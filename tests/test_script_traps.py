@@ -65,6 +65,7 @@ EXPECTED: dict[str, list[tuple[int, str]]] = {
     "trap_same_batches_every_rank.py": [(8, "SCRIPT_SAME_BATCHES_EVERY_RANK")],
     "fixed_same_batches_every_rank.py": [],
     "fp_same_batches_rank_seed.py": [],
+    "fp_same_batches_dataset_shards_itself.py": [],
     # 7. a forward pass of a sharded model on one rank
     "trap_sharded_forward_on_rank0.py": [(21, "SCRIPT_SHARDED_FORWARD_ON_ONE_RANK")],
     "fixed_sharded_forward_on_rank0.py": [],

@@ -216,5 +216,23 @@ def _rank_dataset(walk: Walk, site: CallSite) -> bool:
     if value is None:
         return False
     values = [value, *(site.module.names.assignments.get(value.id, []) if isinstance(value, ast.Name) else [])]
-    return any(walk.ranks.varies(node, site.module) for v in values for node in ast.walk(v)
+    if any(walk.ranks.varies(node, site.module) for v in values for node in ast.walk(v)
+           if isinstance(node, (ast.Name, ast.Attribute, ast.Call))):
+        return True
+    return any(_local_code_reads_rank(walk, site.module, call) for v in values for call in ast.walk(v)
+               if isinstance(call, ast.Call) and isinstance(call.func, ast.Name))
+
+
+def _local_code_reads_rank(walk: Walk, module: Module, call: ast.Call) -> bool:
+    """A dataset built by the script's own class or function that reads the rank (a per-rank shard inside)."""
+    assert isinstance(call.func, ast.Name)
+    bodies: list[ast.AST] = []
+    found = walk.program.function(module, call.func.id)
+    if found is not None:
+        bodies.append(found[1])
+    cls = walk.program.local_class(module, call.func.id)
+    if cls is not None:
+        bodies.extend(cls[0].classes[cls[1]].values())
+    where = cls[0] if cls is not None else found[0] if found is not None else module
+    return any(walk.ranks.varies(node, where) for body in bodies for node in ast.walk(body)
                if isinstance(node, (ast.Name, ast.Attribute, ast.Call)))

@@ -29,7 +29,8 @@ RANK_FUNCTIONS = frozenset({
     "get_rank", "get_local_rank", "get_global_rank", "get_node_local_rank", "get_ordinal", "get_local_ordinal",
     "is_main_process", "is_world_process_zero", "is_local_main_process", "is_rank_zero", "is_local_process_zero",
     "get_data_parallel_rank", "get_model_parallel_rank", "get_pipeline_model_parallel_rank",
-    "get_tensor_model_parallel_rank", "get_process_index",
+    "get_tensor_model_parallel_rank", "get_process_index", "process_index", "is_master_ordinal", "rank",
+    "local_rank", "global_rank",
 })
 RANK_ENV = frozenset({"RANK", "LOCAL_RANK", "GROUP_RANK", "NODE_RANK", "SLURM_PROCID", "SLURM_LOCALID",
                       "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "PMI_RANK", "MV2_COMM_WORLD_RANK"})
