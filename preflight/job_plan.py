@@ -72,11 +72,11 @@ class PlanVerdict:
 
 
 def job_world(node: PlanNode, launch: LaunchCommand | None = None, hostfile: HostfileFacts | None = None,
-              stages: tuple[int | None, str] = (None, "")) -> JobWorld:
+              stages: tuple[int | None, str] = (None, ""), spawns: bool = False) -> JobWorld:
     """The job's ranks: what the launch command starts when it says, else the node's rank count; with the
     script's pipeline stages when it has them."""
     if launch is not None:
-        ranks = launch_ranks(launch, node.launch_node(), hostfile)
+        ranks = launch_ranks(launch, node.launch_node(), hostfile, spawns)
         if ranks is not None:
             nproc = launch.option("nproc-per-node") or 1
             started = f" --nproc-per-node={nproc}" if launch.launcher == "torchrun" else ""

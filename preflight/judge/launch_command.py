@@ -88,11 +88,13 @@ def command_visible(command: LaunchCommand, node: LaunchNode) -> tuple[int, str 
     return count, mask
 
 
-def launch_ranks(command: LaunchCommand, node: LaunchNode, hostfile: HostfileFacts | None = None) -> int | None:
-    """Ranks on this node the command starts; None when the launcher decides at run time or fails."""
+def launch_ranks(command: LaunchCommand, node: LaunchNode, hostfile: HostfileFacts | None = None,
+                 spawns: bool = False) -> int | None:
+    """Ranks on this node the command starts; None when the launcher (or a script that spawns its own ranks)
+    decides at run time, or the launch fails."""
     visible, mask = command_visible(command, node)
     if command.launcher == "python":
-        return 1
+        return None if spawns else 1
     if command.launcher == "torchrun":
         value = str(command.option("nproc-per-node") or "1")
         if value.lstrip("-").isdigit():
@@ -135,10 +137,12 @@ def judge_launch_command(command: LaunchCommand, node: LaunchNode, script: Scrip
     _ports(command, findings)
     _local_rank(command, node, facts.script, findings)
     _script(command, facts.script, findings)
-    ranks = launch_ranks(command, node, facts.hostfile)
+    ranks = launch_ranks(command, node, facts.hostfile, facts.script.spawns is not None)
     _rank_logs(command, ranks, findings)
     summary = (f"{command.launcher} starts {ranks} rank{'s' if ranks != 1 else ''} on {visible} visible GPU"
-               f"{'s' if visible != 1 else ''}" if ranks is not None else f"{command.launcher} command")
+               f"{'s' if visible != 1 else ''}" if ranks is not None else
+               f"python runs {command.script} once on {visible} visible GPU{'s' if visible != 1 else ''}"
+               if command.launcher == "python" else f"{command.launcher} command")
     metrics = [Metric("launch_ranks", ranks, "ranks")] if ranks is not None else []
     return findings_verdict(findings, ok_summary=summary, subject="launch command", metrics=metrics,
                             details={"launcher": command.launcher, "options": dict(command.options),
