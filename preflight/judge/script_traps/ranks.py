@@ -71,7 +71,6 @@ class RankValues:
     def __init__(self, program: Program) -> None:
         self.program = program
         self.names: set[str] = set()
-        self.uniform_names: set[str] = set()
         self.attributes: set[str] = set()
         self.functions: set[int] = set()
         self._assigned: dict[str, list[ast.expr]] = {}
@@ -86,7 +85,6 @@ class RankValues:
             self._settle()
             if (len(self.names), len(self.attributes), len(self.functions)) == before:
                 break
-        self.uniform_names = set(self._assigned) - self.names
 
     def _collect(self, module: Module) -> None:
         for node in ast.walk(module.tree):
@@ -259,8 +257,3 @@ def _own_returns(function: FunctionNode) -> Iterable[ast.Return]:
             yield node
         pending.extend(ast.iter_child_nodes(node))
 
-
-def callee_name(call: ast.Call) -> str:
-    """The last name of a call's callee (``dist.barrier`` -> ``barrier``)."""
-    func = call.func
-    return func.attr if isinstance(func, ast.Attribute) else func.id if isinstance(func, ast.Name) else ""
