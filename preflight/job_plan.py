@@ -24,7 +24,7 @@ from preflight.judge.ds_config import (
     judge_ds_zero,
     zero_plan,
 )
-from preflight.judge.launch_command import LaunchNode, launch_ranks
+from preflight.judge.launch_command import LaunchNode, ScriptFacts, launch_ranks
 from preflight.judge.memory_fit import DEFAULT_HEADROOM, FitPlan, plan_memory_fit
 from preflight.judge.script_traps import ScriptScan, judge_script_traps, scan_script
 from preflight.judge.sizing import BytesPerParam, LoraSplit
@@ -35,7 +35,7 @@ from preflight.parse.launch_command import LaunchCommand
 from preflight.parse.quantity import Headroom
 from preflight.probe.gpu_memory import GpuMemory
 from preflight.probe.host import probe_disk
-from preflight.probe.job_plan import find_ds_config_arg, read_script, resolve
+from preflight.probe.job_plan import HostfileFacts, find_ds_config_arg, read_program, resolve
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,10 +55,11 @@ class PlanNode:
     cpus: int | None
     host: HostMemory
     deepspeed_version: str | None
+    torch_version: str | None = None
 
     def launch_node(self) -> LaunchNode:
         """The facts the launch-command judge takes."""
-        return LaunchNode(self.node_gpus, self.visible_gpus, self.visible_var, self.cpus)
+        return LaunchNode(self.node_gpus, self.visible_gpus, self.visible_var, self.cpus, self.torch_version)
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,15 +71,32 @@ class PlanVerdict:
     verdict: Verdict
 
 
-def job_world(node: PlanNode, launch: LaunchCommand | None = None) -> JobWorld:
-    """The job's ranks: what the launch command starts when it says, else the node's rank count."""
+def job_world(node: PlanNode, launch: LaunchCommand | None = None, hostfile: HostfileFacts | None = None,
+              stages: tuple[int | None, str] = (None, ""), spawns: bool = False) -> JobWorld:
+    """The job's ranks: what the launch command starts when it says, else the node's rank count; with the
+    script's pipeline stages when it has them."""
     if launch is not None:
-        ranks = launch_ranks(launch, node.launch_node())
+        ranks = launch_ranks(launch, node.launch_node(), hostfile, spawns)
         if ranks is not None:
             nproc = launch.option("nproc-per-node") or 1
             started = f" --nproc-per-node={nproc}" if launch.launcher == "torchrun" else ""
-            return JobWorld(ranks, f"--launch: {launch.launcher}{started}")
-    return JobWorld(node.ranks, node.ranks_how)
+            return JobWorld(ranks, f"--launch: {launch.launcher}{started}", *stages)
+    return JobWorld(node.ranks, node.ranks_how, *stages)
+
+
+def pipeline_stages(scan: ScriptScan | Verdict, script_args: Sequence[str]) -> tuple[int | None, str]:
+    """The script's ``PipelineModule(num_stages=...)``: a number, or its argparse option as the arguments set it."""
+    if not isinstance(scan, ScriptScan) or scan.facts is None or scan.facts.pipeline is None:
+        return None, ""
+    pipeline = scan.facts.pipeline
+    where = f"PipelineModule at {pipeline.where}"
+    if pipeline.count is not None:
+        return pipeline.count, where
+    if pipeline.dest is None:
+        return None, ""
+    value = scan.facts.arguments.value(pipeline.dest, script_args)
+    text = str(value) if value is not None else ""
+    return (int(text), f"{where}, {pipeline.dest}={text}") if text.isdigit() else (None, "")
 
 
 def fit_for(node: PlanNode, ranks: int, *, params: int | None, split: BytesPerParam | None = None,
@@ -116,13 +134,24 @@ def ds_config_verdicts(config: DsConfig, node: PlanNode, world: JobWorld, fit: F
     ]
 
 
+def script_facts(path: str | None, scan: ScriptScan | Verdict, cwd: Path | None = None) -> ScriptFacts:
+    """What the launch judge needs of the launched script: does it exist, resume, read --local-rank, spawn."""
+    if path is None:
+        return ScriptFacts(None, None, None)
+    exists = resolve(path, cwd).is_file()
+    if not isinstance(scan, ScriptScan) or scan.facts is None:
+        return ScriptFacts(path, exists, None)
+    facts = scan.facts
+    return ScriptFacts(path, exists, scan.resumes, facts.arguments, str(facts.spawns) if facts.spawns else None)
+
+
 def scan_script_file(path: str, cwd: Path | None = None) -> ScriptScan | Verdict:
     """The trap scan of a script file, or a WARN when it cannot be read (it was not checked)."""
-    source = read_script(path, cwd)
+    source = read_program(path, cwd)
     if source.text is None:
         return warn("SCRIPT_UNREADABLE", f"training script {source.path} {source.problem}: it was not scanned",
                     "Run preflight from the job's directory or give the script's full path (--script FILE).")
-    return scan_script(source.text, path)
+    return scan_script(source.text, path, source.neighbours)
 
 
 def rehearsal_plan_verdicts(
@@ -151,5 +180,5 @@ def rehearsal_plan_verdicts(
         return [*verdicts, PlanVerdict("ds_config", "The DeepSpeed config the script names can be read",
                                        fail("DS_CONFIG_UNREADABLE", str(exc),
                                             f"Fix or point the script's config argument at the real file ({named})."))]
-    world = JobWorld(ranks, f"{ranks} rehearsal ranks")
+    world = JobWorld(ranks, f"{ranks} rehearsal ranks", *pipeline_stages(scan, script_args))
     return [*verdicts, *ds_config_verdicts(config, node, world, fit)]

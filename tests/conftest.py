@@ -29,6 +29,16 @@ def shared_fixtures_dir() -> Path:
     return Path(override) if override else REPO_ROOT.parent / "shared" / "fixtures"
 
 
+def corpus_dir() -> Path:
+    """Where the real public training scripts, launch lines and DeepSpeed configs of the plan corpus live.
+
+    They are third-party code, so they are never committed: ``tests/data/corpus/manifest.json`` (ours)
+    records each one's repository, path, commit and truth, and the files sit in ``../corpus`` next to
+    the checkout (``PREFLIGHT_CORPUS=DIR`` points elsewhere); the tests that read them skip without it."""
+    override = os.environ.get("PREFLIGHT_CORPUS")
+    return Path(override) if override else REPO_ROOT.parent / "corpus"
+
+
 @pytest.fixture(scope="session")
 def shared_fixtures() -> Path:
     """Path to ``../shared/fixtures``; skips the test cleanly when it is absent."""

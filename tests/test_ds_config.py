@@ -225,7 +225,7 @@ def test_no_model_size_still_judges_the_structure() -> None:
     assert "memory fit was not checked" in json.dumps(verdict.details) or "offload_param" in verdict.summary
 
 
-@pytest.mark.parametrize(("stage", "code"), [(4, "DS_ZERO_STAGE_INVALID"), ("auto", "DS_AUTO_DROPPED"),
+@pytest.mark.parametrize(("stage", "code"), [(4, "DS_ZERO_STAGE_INVALID"), ("auto", "DS_AUTO"),
                                              (True, "DS_ZERO_STAGE_INVALID")])
 def test_odd_stages(stage: object, code: str) -> None:
     assert code in codes(judge_ds_zero(config({"zero_optimization": {"stage": stage}}), fit=None, ranks=8,
@@ -403,3 +403,34 @@ def test_zero3_parameter_offload_alone_moves_the_weight_shard() -> None:
     zero3 = next(f.need for f in plan_70b.strategies if f.need.name == "zero3")
     assert need is not None and need.gpu_bytes == zero3.bytes_per_gpu - 2 * 70 * GB // 8
     assert need.host_bytes == int(2 * 70 * GB * 1.5)
+
+
+def test_accelerates_own_auto_keys_are_filled_not_dropped() -> None:
+    # accelerate's plugin_to_config_mapping fills stage3_gather_16bit_weights_on_model_save and the offload devices
+    accelerate = config({"zero_optimization": {"stage": 3, "stage3_gather_16bit_weights_on_model_save": "auto",
+                                               "offload_optimizer": {"device": "auto"}}})
+    verdict = judge_ds_keys(accelerate, load_known_keys(), "0.19.8")
+    assert verdict.status is Status.PASS and set(codes(verdict)) == {"DS_AUTO"}
+    assert "Accelerate's DeepSpeedPlugin" in verdict.summary and "stage3_gather_16bit" in verdict.summary
+    stage = judge_ds_zero(config({"zero_optimization": {"stage": "auto"}}), fit=None, ranks=8, host=ROOMY_HOST)
+    assert stage.status is Status.PASS and "ZeRO-2" in stage.summary and "ACCELERATE_DEEPSPEED_ZERO_STAGE" in \
+        json.dumps(stage.details)
+
+
+def test_legacy_bfloat16_auto_is_not_filled_by_the_trainer() -> None:
+    legacy = judge_ds_precision(config({"bfloat16": {"enabled": "auto"}}), None)
+    assert legacy.status is Status.WARN and legacy.code == "DS_AUTO_DROPPED"
+    assert "legacy bfloat16" in legacy.summary and "sets it from --bf16" not in json.dumps(legacy.details)
+    current = judge_ds_precision(config({"bf16": {"enabled": "auto"}}), None)
+    assert current.status is Status.PASS and "sets it from --bf16" in json.dumps(current.details)
+
+
+def test_pipeline_parallel_world_is_ranks_over_stages() -> None:
+    # DeepSpeedExamples training/pipeline_parallelism: train_batch_size 256, micro 8, -p 2
+    pipe = config({"train_batch_size": 256, "train_micro_batch_size_per_gpu": 8})
+    verdict = judge_ds_batch(pipe, JobWorld(8, "8 visible GPUs", 2, "train.py:131"))
+    assert verdict.status is Status.PASS and "8 x 8 accumulation steps x 4 ranks" in verdict.summary.replace(
+        " per GPU", "")
+    assert "4 (8 ranks / 2 pipeline stages" in json.dumps(verdict.details)
+    odd = judge_ds_batch(pipe, JobWorld(6, "--nproc 6", 4, "train.py:131"))
+    assert odd.status is Status.FAIL and odd.code == "DS_PIPELINE_SPLIT"

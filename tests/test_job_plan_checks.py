@@ -15,12 +15,22 @@ from preflight.job_plan import PlanNode, rehearsal_plan_verdicts
 from preflight.judge.cuda_runtime import GpuCapability
 from preflight.judge.ds_config import HostMemory
 from preflight.outcome import Status
-from tests.conftest import REPO_ROOT, TEST_DATA, validate_report
+from tests.conftest import REPO_ROOT, TEST_DATA, corpus_dir, validate_report
 
 pytestmark = pytest.mark.subprocess
 
 SEED = TEST_DATA / "ds_config" / "seed_zero2.json"
 SCRIPTS = TEST_DATA / "scripts"
+CORPUS = corpus_dir()  # the real files (never committed: third-party code); the canonical runs skip without them
+CANONICAL = {
+    # the launch line of each, as its documentation gives it, run from the folder it names (tests/data/corpus)
+    "ddp-tutorial": ("pytorch__examples/distributed/ddp-tutorial-series",
+                     "torchrun --standalone --nproc_per_node=4 multigpu_torchrun.py 50 10"),
+    "nanoGPT": ("karpathy__nanoGPT", "torchrun --standalone --nproc_per_node=8 train.py config/train_gpt2.py"),
+    "build-nanogpt": ("karpathy__build-nanogpt", "torchrun --standalone --nproc_per_node=8 train_gpt2.py"),
+    "cifar-deepspeed": ("microsoft__DeepSpeedExamples/training/cifar",
+                        "deepspeed --bind_cores_to_rank cifar10_deepspeed.py --deepspeed"),
+}
 
 
 def fake_node(profile: str = "8x-h100-sxm") -> list[str]:
@@ -44,6 +54,47 @@ def run(tmp_path: Path, *args: str, profile: str | None = "8x-h100-sxm",
     if report is not None:
         validate_report(report)
     return result, report
+
+
+def plan_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")}
+    env.update(extra or {})
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    return env
+
+
+@pytest.fixture(scope="module")
+def canonical_runs(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[int, dict[str, Any] | None, str]]:
+    """The four canonical jobs' plan checks, one preflight run each, started together."""
+    if not CORPUS.is_dir():
+        pytest.skip(f"the plan corpus (the canonical scripts) is not at {CORPUS} (PREFLIGHT_CORPUS)")
+    started = {}
+    for name, (folder, line) in CANONICAL.items():
+        out = tmp_path_factory.mktemp(name)
+        argv = [sys.executable, "-m", "preflight", "-k", "job_plan", "--report-dir", str(out), "--launch", line,
+                "--", *fake_node()]
+        started[name] = (out, subprocess.Popen(argv, cwd=CORPUS / folder, env=plan_env(), text=True,
+                                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT))
+    results = {}
+    for name, (out, proc) in started.items():
+        output, _ = proc.communicate(timeout=240)
+        report_file = out / "preflight.json"
+        report = json.loads(report_file.read_text()) if report_file.exists() else None
+        if report is not None:
+            validate_report(report)
+        results[name] = (proc.returncode, report, output)
+    return results
+
+
+@pytest.mark.parametrize("name", sorted(CANONICAL))
+def test_canonical_jobs_are_ready_on_the_plan_checks(
+        name: str, canonical_runs: dict[str, tuple[int, dict[str, Any] | None, str]]) -> None:
+    returncode, report, output = canonical_runs[name]
+    assert returncode == 0 and report is not None and report["verdict"] == "READY", output
+    found = checks(report)
+    assert found["test_launch_command"]["status"] == "PASS", found["test_launch_command"]["summary"]
+    assert found["test_script_traps"]["status"] == "PASS", found["test_script_traps"]["summary"]
+    assert all(c["status"] in ("PASS", "SKIP") for c in found.values())
 
 
 def checks(report: dict[str, Any] | None) -> dict[str, dict[str, Any]]:
@@ -92,6 +143,21 @@ def test_launch_and_its_script_are_judged_together(tmp_path: Path) -> None:
     assert traps["status"] == "WARN" and traps["code"] == "SCRIPT_SAVE_ON_ONE_RANK"
     assert f"{script}:10" in traps["summary"] and "static analysis" in traps["summary"]
     assert found["test_ds_config_zero"]["status"] == "PASS" and "4 ranks" in found["test_ds_config_zero"]["summary"]
+
+
+def test_a_missing_module_fails_and_a_missing_config_is_reported_once(tmp_path: Path) -> None:
+    # huggingface/transformers docs/source/en/deepspeed.md gives `python -m torch.run ...` (no such module)
+    launch = ("python -m torch.run --nproc_per_node=8 --master_port=9901 your_program.py --deepspeed "
+              "/nonexistent/ds_config.json")
+    result, report = run(tmp_path, "--launch", launch)
+    found = checks(report)
+    assert result.returncode == 1
+    assert found["test_launch_command"]["code"] == "LAUNCH_MODULE_MISSING"
+    assert "No module named torch.run" in found["test_launch_command"]["summary"]
+    failed = [name for name, c in found.items() if c.get("code") == "DS_CONFIG_UNREADABLE"]
+    assert failed == ["test_ds_config_batch"]
+    for name in ("test_ds_config_precision", "test_ds_config_zero", "test_ds_config_keys"):
+        assert found[name]["status"] == "SKIP" and "DS_CONFIG_UNREADABLE" in found[name]["summary"]
 
 
 def test_lora_options_reach_the_memory_fit(tmp_path: Path) -> None:

@@ -40,23 +40,31 @@ CODES = (
          "It is what the job will train with.",
          "Nothing to do."),
     Code("DS_AUTO",
-         "Keys are \"auto\": the Hugging Face Trainer fills them from its own arguments. " + _NOTE,
-         "Plain deepspeed.initialize (without the Trainer) refuses \"auto\" in the batch keys.",
-         "Nothing to do under the Trainer; set real values for a plain DeepSpeed script."),
+         "Keys are \"auto\": the Hugging Face Trainer or Accelerate's DeepSpeedPlugin fills them (the Trainer hands "
+         "its config to that plugin too; Accelerate fills zero_optimization.stage, the offload devices and "
+         "stage3_gather_16bit_weights_on_model_save). " + _NOTE,
+         "Plain deepspeed.initialize (without the Trainer or Accelerate) refuses \"auto\" in the batch keys and "
+         "drops it elsewhere.",
+         "Nothing to do under the Trainer or Accelerate; set real values for a plain DeepSpeed script."),
     Code("DS_AUTO_DROPPED",
-         "A key is \"auto\" but the Hugging Face Trainer does not fill it; DeepSpeed drops it and uses its "
-         "default (for zero_optimization.stage: stage 0, no ZeRO).",
-         "The job runs with a setting nobody chose; stage 0 keeps the whole optimizer state on every GPU.",
+         "A key is \"auto\" that neither the Hugging Face Trainer nor Accelerate fills (the legacy bfloat16 section "
+         "among them: they fill bf16.enabled); DeepSpeed drops it and uses its default.",
+         "The job runs with a setting nobody chose (for the legacy bfloat16 section: without bf16).",
          "Set the key to the value you want."),
     Code("DS_AUTO_UNFILLED",
-         "A key is \"auto\" that the Hugging Face Trainer does not fill; DeepSpeed receives the string \"auto\".",
+         "A key is \"auto\" that neither the Hugging Face Trainer nor Accelerate fills; DeepSpeed receives the "
+         "string \"auto\".",
          "The code reading that key gets a string where it expects a number or a flag, and fails or misbehaves.",
          "Set the key to the value you want."),
     Code("DS_DATA_PARALLEL",
-         "The data-parallel world size DeepSpeed uses (from data_parallel_size or sequence_parallel_size). "
-         + _NOTE,
+         "The data-parallel world size DeepSpeed uses (ranks / pipeline stages of the script's PipelineModule, or "
+         "data_parallel_size / sequence_parallel_size). " + _NOTE,
          "The batch arithmetic uses it instead of the rank count.",
          "Nothing to do."),
+    Code("DS_PIPELINE_SPLIT",
+         "The script's PipelineModule num_stages does not divide the job's rank count.",
+         "PipelineModule raises 'num_stages must divide distributed world size': the job stops at start.",
+         "Use a rank count that is a multiple of the stages, or another stage count."),
     Code("DS_MESH_MISMATCH",
          "data_parallel_size x sequence_parallel_size does not equal the job's rank count.",
          "DeepSpeed builds its device mesh from them: " + _AT_INIT,
@@ -174,10 +182,37 @@ CODES = (
          "torchrun starts one rank per CPU core, not one per GPU.",
          "Use --nproc-per-node=gpu for one rank per GPU."),
     Code("LAUNCH_DEPRECATED_LAUNCHER",
-         "The command uses torch.distributed.launch.",
-         "It passes --local-rank=N to the script (unless --use-env), which a script reading LOCAL_RANK from the "
-         "environment refuses.",
-         "Use torchrun with the same options."),
+         "The command uses torch.distributed.launch, deprecated but still working. " + _NOTE,
+         "It costs nothing by itself; the --local-rank=N it passes is judged separately (LAUNCH_LOCAL_RANK_REFUSED).",
+         "Prefer torchrun with the same options."),
+    Code("LAUNCH_LOCAL_RANK_REFUSED",
+         "The launcher passes --local-rank=N (torch.distributed.launch of torch 2.0 and later, without --use-env) or "
+         "--local_rank=N (DeepSpeed's launcher, without --no_local_rank) to a script whose argparse parse_args() "
+         "does not declare that spelling.",
+         "argparse exits with 'unrecognized arguments: --local-rank=0' on every rank: the job never trains.",
+         "Declare both spellings (parser.add_argument(\"--local-rank\", \"--local_rank\", type=int)), or launch with "
+         "torchrun (it passes nothing; read os.environ['LOCAL_RANK'])."),
+    Code("LAUNCH_MODULE_MISSING",
+         "`python -m NAME` (or `torchrun -m NAME`) names a module the job's interpreter does not have (python -m "
+         "torch.run), a package without __main__, or a submodule of a plain module.",
+         "python exits at once ('No module named torch.run'): the job never starts.",
+         "Use torchrun (python -m torch.distributed.run) for torch's launcher, or name a module that exists."),
+    Code("LAUNCH_MODULE_NOT_FOUND",
+         "The top-level package of `-m NAME` is not found from the directory preflight runs in.",
+         "It could not be checked, and a job started from here fails the same way.",
+         "Run preflight from the job's directory, or install the package."),
+    Code("LAUNCH_MODULE_UNCHECKED",
+         "The job's interpreter did not answer whether the `-m` module exists. " + _NOTE,
+         "If it does not exist, the job stops at start.",
+         "Check that `python -c 'import NAME'` works in the job's environment."),
+    Code("LAUNCH_PORT_INVALID",
+         "--master-port/--master_port (or the rendezvous endpoint's port) is not a TCP port from 1 to 65535.",
+         "The rendezvous cannot listen on it: the job never starts.",
+         "Use a free port such as 29500."),
+    Code("LAUNCH_SCRIPT_SPAWNS",
+         "A single process launches a script that starts its own ranks (mp.spawn, fabric.launch). " + _NOTE,
+         "One process is what such a script expects; it is not one GPU of several.",
+         "Nothing to do."),
     Code("LAUNCH_STANDALONE_OVERRIDES",
          "--standalone with --rdzv-backend/--rdzv-endpoint/--rdzv-id. " + _NOTE,
          "--standalone replaces them with its own localhost rendezvous.",
@@ -192,7 +227,7 @@ CODES = (
          "(or runs on this node alone).",
          "Drop --nnodes, or replace --standalone with --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT on every node."),
     Code("LAUNCH_MULTI_NODE",
-         "The job waits for several nodes; preflight judges this one only.",
+         "The job waits for several nodes; preflight judges this one only. " + _NOTE,
          "The other nodes are not checked.",
          "Run preflight on every node of the job."),
     Code("LAUNCH_RESTARTS_INVALID",
@@ -214,11 +249,11 @@ CODES = (
          "Make sure the script loads its latest checkpoint at start."),
     Code("LAUNCH_NO_RANK_PREFIX",
          "Several ranks print to one console without a rank prefix (torchrun without --tee/--redirects, "
-         "deepspeed without --enable_each_rank_log).",
-         "Lines of different ranks interleave and an error cannot be traced to its rank.",
+         "deepspeed without --enable_each_rank_log). A tip: " + _NOTE,
+         "It costs nothing; lines of different ranks interleave, so an error is harder to trace to its rank.",
          "torchrun: add `--tee 3` (and --log-dir DIR); deepspeed: add `--enable_each_rank_log DIR`."),
     Code("LAUNCH_DS_HOSTFILE",
-         "The deepspeed launch has a hostfile: a multi-node launch over ssh. " + _NOTE,
+         "The deepspeed launch runs on several hosts of its hostfile: a multi-node launch over ssh. " + _NOTE,
          "preflight judges this node only.",
          "Run preflight on every host of the hostfile."),
     Code("LAUNCH_DS_FILTER_CONFLICT",
@@ -226,9 +261,27 @@ CODES = (
          "DeepSpeed's runner raises at start: the job does not launch.",
          "Keep either one filter or the counts."),
     Code("LAUNCH_DS_NO_HOSTFILE",
-         "--num_nodes above 1 without a hostfile.",
-         "DeepSpeed raises 'Num nodes is >1 but no extra nodes available via hostfile'.",
-         "Use --num_nodes 1 (or drop it) on one node."),
+         "--num_nodes above 1 and no hostfile (none given, or the --hostfile path does not exist).",
+         "DeepSpeed raises 'Num nodes is >1 but no extra nodes available via hostfile': the job never starts.",
+         "Give --hostfile with one `host slots=N` line per node, or use --num_nodes 1 (or drop it) on one node."),
+    Code("LAUNCH_DS_HOSTFILE_MISSING",
+         "--hostfile names a file that does not exist (and --num_nodes asks for one node at most).",
+         "DeepSpeed warns 'Unable to find hostfile' and runs on this node only, whatever the hostfile was meant to "
+         "list.",
+         "Give the path of the hostfile, or drop --hostfile for a one-node job."),
+    Code("LAUNCH_DS_HOSTFILE_INVALID",
+         "The hostfile has a line that is not `host slots=N`, a host twice, or no host.",
+         "DeepSpeed's runner raises ValueError at start: the job does not launch.",
+         "Write one `hostname slots=N` line per node, each host once (# starts a comment)."),
+    Code("LAUNCH_DS_FEWER_NODES",
+         "--num_nodes asks for more nodes than the hostfile lists.",
+         "DeepSpeed keeps the hosts it has without a word: the job runs on fewer nodes (fewer ranks, a different "
+         "batch arithmetic) than asked.",
+         "List every node in the hostfile, or lower --num_nodes."),
+    Code("LAUNCH_DS_HOSTFILE_SLOTS",
+         "A one-host hostfile gives more slots than the node has GPUs.",
+         "DeepSpeed launches a rank per slot unchecked: the extra ranks fail at set_device.",
+         "Set slots to the node's GPU count (or --num_gpus)."),
     Code("LAUNCH_DS_IGNORES_VISIBLE",
          "CUDA_VISIBLE_DEVICES is set, but a DeepSpeed filter or count is given, so the runner ignores and "
          "removes it.",
@@ -260,11 +313,42 @@ CODES = (
          "The job stops at start on every rank.",
          "Fix the syntax error named."),
     Code("SCRIPT_SAVE_ON_ONE_RANK",
-         "A collective checkpoint save (DeepSpeed save_checkpoint, dcp.save, accelerator.save_state) runs only "
-         "under a rank test. " + _STATIC,
-         "The other ranks never join the collective: the job hangs at its first checkpoint until the NCCL timeout.",
-         "Call the save on every rank (it writes from the ranks that must); keep only prints and logging under "
-         "the rank test."),
+         "A collective checkpoint save runs only under a rank test: a DeepSpeed engine's save_checkpoint or "
+         "save_16bit_model (always a collective: it calls dist.barrier), or accelerator.save_state in a script "
+         "written for DeepSpeed or FSDP (a collective there only; see SCRIPT_SAVE_STATE_ON_MAIN). " + _STATIC,
+         "The other ranks never join the collective: the job hangs at its first checkpoint until the collective "
+         "timeout kills every rank. Under plain DDP, accelerator.save_state on the main process does not hang.",
+         "Call the save on every rank (it writes from the ranks that must); keep only prints, logging and the "
+         "cleanup of old checkpoints under the rank test."),
+    Code("SCRIPT_SAVE_STATE_ON_MAIN",
+         "accelerator.save_state runs on the main process only, in a script not written for DeepSpeed or FSDP. "
+         + _NOTE,
+         "Under plain DDP Accelerate's save_state synchronises nothing, so this costs nothing; with a DeepSpeed or "
+         "FSDP accelerate config it is a collective and the job would hang at the first checkpoint.",
+         "Nothing to do under DDP; before switching the accelerate config to DeepSpeed or FSDP, call save_state on "
+         "every process."),
+    Code("SCRIPT_SHARDED_FORWARD_ON_ONE_RANK",
+         "A forward pass (model(x), model.generate, a generate/evaluate helper given the model) of a sharded model "
+         "(FSDP, FSDP2 fully_shard, Lightning's FSDP/ModelParallel strategy, ZeRO-3) runs only under a rank test. "
+         + _STATIC,
+         "Each sharded layer all-gathers its parameters from every rank before it computes; the ranks that skip the "
+         "branch never join, so the job hangs (litgpt finetune/lora.py generates on rank 0 only since PR #2213).",
+         "Run the forward on every rank and keep only printing or saving its result under the rank test."),
+    Code("SCRIPT_SAME_BATCHES_EVERY_RANK",
+         "A shuffling DataLoader without a DistributedSampler or a per-rank shard, in a distributed script where "
+         "every rank seeds torch the same way. " + _STATIC,
+         "RandomSampler draws its order from torch's generator, so every rank draws the same permutation: N ranks "
+         "compute N copies of one gradient and the job learns from the data of one GPU while paying for N "
+         "(DeepSpeedExamples HelloDeepSpeed and the GAN example do this).",
+         "Pass sampler=DistributedSampler(dataset) (and call set_epoch each epoch), or give the dataset to "
+         "deepspeed.initialize(training_data=...) or the loader to accelerator.prepare."),
+    Code("SCRIPT_SAME_FILE_EVERY_RANK",
+         "torch.save to one path runs on every rank of a distributed job (no rank test around it, no rank in the "
+         "file name). " + _STATIC,
+         "Each rank truncates and rewrites the file while the others write it: a restart or a reader can find it "
+         "torn, and the checkpoint is written N times.",
+         "Save on one rank (if dist.get_rank() == 0) and barrier before anyone reads it, or put the rank in the "
+         "file name."),
     Code("SCRIPT_COLLECTIVE_IN_RANK_BRANCH",
          "A collective (barrier, all_reduce, broadcast, ...) runs only under a rank test. " + _STATIC,
          "The ranks that skip the branch leave the others waiting: the job hangs.",
@@ -286,8 +370,11 @@ CODES = (
          "Every rank uses the same GPU.",
          "Pass device_ids=[local_rank]."),
     Code("SCRIPT_SAMPLER_NO_SET_EPOCH",
-         "A shuffling DistributedSampler whose set_epoch is never called in the training loop. " + _STATIC,
-         "Every epoch repeats the same order on every rank, which hurts convergence silently.",
+         "A training DistributedSampler (it shuffles by default) whose set_epoch is never called once per epoch, "
+         "directly or in a function the epoch loop calls. Evaluation samplers and samplers handed to a trainer "
+         "library are not judged. " + _STATIC,
+         "Its order is seeded with seed + epoch, so every epoch repeats the first epoch's order, which hurts "
+         "convergence silently.",
          "Call sampler.set_epoch(epoch) at the start of each epoch."),
     Code("SCRIPT_FSDP_SHARD_SAVE",
          "torch.save of an FSDP model's state_dict() under a rank test. " + _STATIC,

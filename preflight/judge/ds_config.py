@@ -17,10 +17,18 @@ Every rule follows DeepSpeed 0.19.8's own code (line numbers in its ``deepspeed/
 * keys: the list shipped in ``preflight/data/deepspeed_config_keys.json``.
 
 Hugging Face's ``"auto"``: the Trainer fills the keys of :data:`HF_FILLED` from its own arguments
-(transformers 5.18 ``integrations/deepspeed.py`` ``trainer_config_process``/``_finalize``);
-DeepSpeed's pydantic sections drop any other ``"auto"`` and use their default
-(runtime/config_utils.py ``DeepSpeedConfigModel.__init__``); a plain-dict key left ``"auto"``
-reaches DeepSpeed as the string.
+(transformers ``integrations/deepspeed.py`` ``trainer_config_process``/``_finalize``, read at
+02348331); Accelerate's ``DeepSpeedPlugin`` fills those of :data:`ACCELERATE_FILLED` (accelerate
+16cb6eb ``utils/dataclasses.py`` ``plugin_to_config_mapping``, ``accelerator.py``
+``_prepare_deepspeed``), and the Trainer hands its config to that plugin too (``TrainingArguments``
+builds ``DeepSpeedPlugin(hf_ds_config=...)``), so both sets are filled under either. Neither fills
+the legacy ``bfloat16`` section (they fill ``bf16.enabled``). DeepSpeed's pydantic sections drop
+any other ``"auto"`` and use their default (runtime/config_utils.py
+``DeepSpeedConfigModel.__init__``); a plain-dict key left ``"auto"`` reaches DeepSpeed as the string.
+
+A pipeline-parallel job (``PipelineModule(num_stages=S)``) hands DeepSpeed its grid, whose
+data-parallel world is ranks / S (runtime/pipe/module.py: "num_stages must divide distributed
+world size"); the batch arithmetic uses that world.
 """
 
 from __future__ import annotations
@@ -63,6 +71,39 @@ HF_FILLED: Mapping[str, str] = {
     "zero_optimization.stage3_param_persistence_threshold": "10 x hidden_size",
 }
 """Keys whose ``"auto"`` the Hugging Face Trainer fills, and from what."""
+
+ACCELERATE_FILLED: Mapping[str, str] = {
+    GA: "its gradient_accumulation_steps", "gradient_clipping": "its gradient_clipping",
+    "zero_optimization.stage": "its zero_stage (2 unless ACCELERATE_DEEPSPEED_ZERO_STAGE says)",
+    "zero_optimization.offload_optimizer.device": "its offload_optimizer_device (none by default)",
+    "zero_optimization.offload_param.device": "its offload_param_device (none by default)",
+    "zero_optimization.offload_optimizer.nvme_path": "its offload_optimizer_nvme_path",
+    "zero_optimization.offload_param.nvme_path": "its offload_param_nvme_path",
+    "zero_optimization.stage3_gather_16bit_weights_on_model_save": "its zero3_save_16bit_model (false by default)",
+    MB: "the prepared DataLoader's batch size", TB: "batch x accumulation x processes",
+    "zero_optimization.reduce_bucket_size": "hidden_size^2",
+    "zero_optimization.stage3_prefetch_bucket_size": "0.9 x hidden_size^2",
+    "zero_optimization.stage3_param_persistence_threshold": "10 x hidden_size",
+    "optimizer.params.lr": "DummyOptim's lr", "optimizer.params.weight_decay": "DummyOptim's weight_decay",
+    "scheduler.params.warmup_min_lr": "0", "scheduler.params.warmup_max_lr": "the optimizer's lr",
+    "scheduler.params.warmup_num_steps": "DummyScheduler's warmup_num_steps",
+    "scheduler.params.total_num_steps": "DummyScheduler's total_num_steps",
+    "fp16.enabled": "--mixed_precision", "bf16.enabled": "--mixed_precision",
+}
+"""Keys whose ``"auto"`` Accelerate's DeepSpeedPlugin fills (under ``accelerate launch`` and the HF Trainer)."""
+
+ACCELERATE_ZERO_STAGE = 2
+"""``DeepSpeedPlugin.zero_stage`` when nothing sets it (``ACCELERATE_DEEPSPEED_ZERO_STAGE``)."""
+
+
+def filled_by(path: str) -> str | None:
+    """Who fills an ``"auto"`` at ``path``: the HF Trainer, Accelerate, or None."""
+    if path in HF_FILLED:
+        return "the Hugging Face Trainer (and Accelerate)" if path in ACCELERATE_FILLED else \
+            "the Hugging Face Trainer"
+    if path in ACCELERATE_FILLED:
+        return "Accelerate's DeepSpeedPlugin (also under the Hugging Face Trainer)"
+    return None
 
 BF16_MIN_CAPABILITY = (8, 0)
 """bf16 arithmetic in hardware: Ampere (sm_80) and newer; V100 (7.0) and T4 (7.5) lack it."""
@@ -140,6 +181,9 @@ class JobWorld:
 
     ranks: int
     how: str
+    pipeline_stages: int | None = None
+    """``PipelineModule(num_stages=...)`` of the script, when it is known; DeepSpeed's world is ranks / stages."""
+    pipeline_from: str = ""
 
 
 def _batch_number(config: DsConfig, key: str, findings: list[Finding]) -> int | None | str:
@@ -163,6 +207,19 @@ def _batch_number(config: DsConfig, key: str, findings: list[Finding]) -> int | 
 
 def _deepspeed_world(config: DsConfig, world: JobWorld, findings: list[Finding]) -> int | None:
     """The world size DeepSpeedConfig divides the batch by; None when the config makes it impossible."""
+    stages = world.pipeline_stages
+    if stages is not None and stages > 1:
+        if world.ranks % stages:
+            findings.append(problem(Status.FAIL, "DS_PIPELINE_SPLIT", "num_stages",
+                                    f"{stages} pipeline stages ({world.pipeline_from}) do not divide the {world.ranks} "
+                                    f"ranks ({world.how}): PipelineModule raises 'num_stages ({stages}) must divide "
+                                    f"distributed world size ({world.ranks})'",
+                                    f"Use a rank count that is a multiple of {stages}, or another stage count."))
+            return None
+        findings.append(note("DS_DATA_PARALLEL", "num_stages",
+                             f"data-parallel world {world.ranks // stages} ({world.ranks} ranks / {stages} pipeline "
+                             f"stages, {world.pipeline_from})"))
+        return world.ranks // stages
     sp, dp = config.get("sequence_parallel_size"), config.get("data_parallel_size")
     if sp is not MISSING and dp is not MISSING:
         if not (isinstance(sp, int) and isinstance(dp, int)) or sp < 1 or dp < 1 or sp * dp != world.ranks:
@@ -239,23 +296,23 @@ def judge_ds_batch(config: DsConfig, world: JobWorld) -> Verdict:
 
 def _auto_batch(config: DsConfig, values: Mapping[str, int | None | str], size: int, world: JobWorld,
                 autos: list[str], findings: list[Finding], details: dict[str, Any]) -> Verdict:
-    """``"auto"``: the Hugging Face Trainer fills it (train_batch_size = ranks x micro x accumulation)."""
-    findings.append(note("DS_AUTO", ", ".join(autos), '"auto", set by the Hugging Face Trainer from '
+    """``"auto"``: the Hugging Face Trainer or Accelerate fills it (train_batch_size = ranks x micro x accumulation)."""
+    findings.append(note("DS_AUTO", ", ".join(autos), '"auto", set by the Hugging Face Trainer (or Accelerate) from '
                          + ", ".join(HF_FILLED[key] for key in autos)
                          + ' (plain deepspeed.initialize refuses "auto" in the batch keys)'))
     micro, accumulation, train = values[MB], values[GA], values[TB]
     if isinstance(micro, int) and isinstance(accumulation, int):
         effective = micro * accumulation * size
         summary = (f"effective batch {effective} = {micro} per GPU x {accumulation} accumulation steps x {size} ranks "
-                   f"({world.how}), train_batch_size filled by the Hugging Face Trainer")
+                   f"({world.how}), train_batch_size filled by the Hugging Face Trainer or Accelerate")
         metrics = [Metric("effective_batch", effective, "samples")]
         return findings_verdict(findings, ok_summary=summary, subject=f"{config.source} batch", metrics=metrics,
                                 details=details)
     if isinstance(train, int):
         findings.append(note("DS_BATCH_FIXED", TB, f"train_batch_size {train} is fixed: the Hugging Face Trainer "
                              f"refuses a run where {size} ranks x per-device batch x accumulation differs from it"))
-    summary = (f"batch set by the Hugging Face Trainer: effective batch = --per_device_train_batch_size x "
-               f"--gradient_accumulation_steps x {size} ranks ({world.how})")
+    summary = (f"batch set by the Hugging Face Trainer or Accelerate: effective batch = per-device batch x "
+               f"gradient accumulation x {size} ranks ({world.how})")
     return findings_verdict(findings, ok_summary=summary, subject=f"{config.source} batch", details=details)
 
 
@@ -323,11 +380,20 @@ def judge_ds_precision(config: DsConfig, gpus: Sequence[GpuCapability] | None) -
                                 "fp16 and bf16 are both enabled: DeepSpeed asserts 'bfloat16 and fp16 modes cannot be "
                                 "simultaneously enabled' at initialize",
                                 "Enable one of them: bf16 on compute capability 8.0+ GPUs, fp16 otherwise."))
+    legacy_auto = bf16 == AUTO and bf16_key == "bfloat16.enabled"
+    if legacy_auto:
+        findings.append(problem(Status.WARN, "DS_AUTO_DROPPED", bf16_key,
+                                '"auto" in the legacy bfloat16 section: neither the Hugging Face Trainer nor '
+                                "Accelerate fills it (they fill bf16.enabled), so DeepSpeed drops it and bf16 stays "
+                                "off (fp32 costs about twice the memory and time of bf16)",
+                                'Rename the section to "bf16": {"enabled": "auto"} (or true).'))
+        bf16 = False
     for key, value in ((bf16_key, bf16), ("fp16.enabled", fp16)):
         if value == AUTO:
-            flag = HF_FILLED.get(key, "--bf16")
-            findings.append(note("DS_AUTO", key, f'"auto" (the Hugging Face Trainer sets it from {flag}; without '
-                                 "the Trainer DeepSpeed drops it and leaves the mode off)"))
+            flag = HF_FILLED[key]
+            findings.append(note("DS_AUTO", key, f'"auto" (the Hugging Face Trainer sets it from {flag}, Accelerate '
+                                 "from --mixed_precision; plain deepspeed.initialize drops it and leaves the mode "
+                                 "off)"))
     wants_bf16 = [key for key, on in ((bf16_key, bf16 is True or bf16 == AUTO),
                                       ("torch_autocast.dtype", autocast_bf16)) if on]
     old = [g for g in gpus or () if g.capability < BF16_MIN_CAPABILITY]
@@ -338,8 +404,8 @@ def judge_ds_precision(config: DsConfig, gpus: Sequence[GpuCapability] | None) -
                                 f"bf16 asked of GPUs without bf16 hardware (compute capability below 8.0): {names}",
                                 'Use fp16 with loss scaling ("fp16": {"enabled": true}, bf16 off) on these GPUs, or '
                                 "rent GPUs of compute capability 8.0 or newer (A100, L4, L40S, H100)."))
-    mode = "bf16" if bf16 is True else "fp16" if fp16 is True else ("set by the Trainer" if AUTO in (bf16, fp16)
-                                                                        else "fp32")
+    mode = "bf16" if bf16 is True else "fp16" if fp16 is True else (
+        "set by the Trainer or Accelerate" if AUTO in (bf16, fp16) else "fp32")
     if gpus is None:
         where = "GPU compute capability unknown"
     elif not gpus:
@@ -400,10 +466,12 @@ def zero_plan(config: DsConfig, findings: list[Finding] | None = None) -> ZeroPl
         return ZeroPlan(0, "none", "none", True, True, None, None)
     raw = section.get("stage", 0)
     if raw == AUTO:
-        found.append(problem(Status.WARN, "DS_AUTO_DROPPED", "zero_optimization.stage",
-                             '"auto" is not filled by the Hugging Face Trainer; DeepSpeed drops it and runs '
-                             "stage 0 (no ZeRO)", "Set zero_optimization.stage to 1, 2 or 3."))
-        raw = 0
+        found.append(note("DS_AUTO", "zero_optimization.stage",
+                          f'"auto": Accelerate\'s DeepSpeedPlugin fills it (under accelerate launch and the Hugging '
+                          f"Face Trainer) from its zero_stage, {ACCELERATE_ZERO_STAGE} unless "
+                          "ACCELERATE_DEEPSPEED_ZERO_STAGE says otherwise; judged as stage "
+                          f"{ACCELERATE_ZERO_STAGE} (plain deepspeed.initialize would drop it and run stage 0)"))
+        raw = ACCELERATE_ZERO_STAGE
     try:
         stage = int(raw)
     except (TypeError, ValueError):
@@ -695,13 +763,16 @@ def judge_ds_keys(config: DsConfig, known: KnownKeys, installed_version: str | N
             new = section.deprecated[key]
             findings.append(note("DS_KEY_DEPRECATED", path, f"deprecated{f', use {new}' if new else ''}"))
         if value == AUTO:
-            if path in HF_FILLED:
+            if filled_by(path) is not None:
                 hf_auto.append(path)
-            else:
+            elif path != "bfloat16.enabled":  # judged by the precision check
                 findings.append(_auto_value(path, section.rejects_unknown))
     if hf_auto:
+        accelerate_only = [p for p in hf_auto if p not in HF_FILLED]
+        also = (f" ({', '.join(accelerate_only)}: Accelerate's DeepSpeedPlugin, also under the Trainer)"
+                if accelerate_only else "")
         findings.append(note("DS_AUTO", ", ".join(hf_auto), f'{len(hf_auto)} "auto" value'
-                             f'{"s" if len(hf_auto) != 1 else ""} the Hugging Face Trainer fills'))
+                             f'{"s" if len(hf_auto) != 1 else ""} the Hugging Face Trainer or Accelerate fills{also}'))
     first = {"DS_KEY_REMOVED": 0, "DS_KEY_REJECTED": 1}  # what breaks initialize before what is ignored
     findings.sort(key=lambda f: first.get(f.code, 2))
     rejected = sum(1 for f in findings if f.code == "DS_KEY_REJECTED")
@@ -732,8 +803,8 @@ def _unknown_key(path: str, key: str, keys: frozenset[str], rejects: bool, same:
 def _auto_value(path: str, in_model: bool) -> Finding:
     if in_model:
         return problem(Status.WARN, "DS_AUTO_DROPPED", path,
-                       '"auto" is not filled by the Hugging Face Trainer: DeepSpeed drops it and uses its default',
-                       f"Set {path} to the value you want.")
+                       '"auto" is filled by neither the Hugging Face Trainer nor Accelerate: DeepSpeed drops it and '
+                       "uses its default", f"Set {path} to the value you want.")
     return problem(Status.WARN, "DS_AUTO_UNFILLED", path,
-                   '"auto" is not filled by the Hugging Face Trainer: DeepSpeed receives the string "auto"',
-                   f"Set {path} to the value you want.")
+                   '"auto" is filled by neither the Hugging Face Trainer nor Accelerate: DeepSpeed receives the string '
+                   '"auto"', f"Set {path} to the value you want.")

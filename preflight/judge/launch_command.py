@@ -8,12 +8,16 @@ per CPU; ``cpu`` = one per CPU); ``parse_min_max_nnodes`` reads ``--nnodes`` as 
 The default ``--nproc-per-node`` is 1 and the default ``--tee``/``--redirects`` 0 (worker output
 reaches the console unprefixed, interleaved across ranks).
 
-DeepSpeed's runner (0.19.8 ``deepspeed/launcher/runner.py`` ``main``): without a hostfile the
-resource pool is ``localhost`` with ``device_count()`` slots; ``--include``/``--exclude`` are
-``NAME[:SLOT,...][@...]`` filters of that pool (``parse_resource_filter``: unknown host or slot is a
-``ValueError``, both together too); ``--num_gpus``/``--num_nodes`` cannot be combined with them;
-a set ``CUDA_VISIBLE_DEVICES`` becomes ``--include localhost:<its value>`` when no filter is given,
-and is ignored (deleted) when one is.
+DeepSpeed's runner: :mod:`preflight.judge.launch_deepspeed` (its hostfile, filters and counts).
+
+What the launcher hands the script: ``torch.distributed.launch`` (torch 2.0 and later,
+``run.py`` ``config_from_args``) appends ``--local-rank=N`` unless ``--use-env`` (torch 1.x wrote
+``--local_rank``); DeepSpeed's ``launcher/launch.py`` appends ``--local_rank=N`` unless
+``--no_local_rank``; torchrun appends nothing. A script whose argparse ``parse_args()`` does not
+declare that spelling exits with "unrecognized arguments" on every rank. ``python -m MODULE``
+needs the module in the job's interpreter (``python -m torch.run`` is "No module named torch.run").
+A tip that costs nothing (a rank prefix on the console, the deprecated launcher that still works,
+a multi-node line judged on one node) is a PASS note.
 """
 
 from __future__ import annotations
@@ -21,8 +25,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from preflight.judge.findings import Finding, findings_verdict, note, problem
+from preflight.judge.launch_deepspeed import deepspeed_slots
+from preflight.judge.script_traps import ArgFacts
 from preflight.outcome import Metric, Status, Verdict
 from preflight.parse.launch_command import LaunchCommand
+from preflight.probe.job_plan import HostfileFacts, ModuleLookup
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 
@@ -35,15 +42,32 @@ class LaunchNode:
     visible_gpus: int
     visible_var: str | None
     cpus: int | None = None
+    torch_version: str | None = None
+    """The job's torch (``2.13.0``): which spelling torch.distributed.launch passes."""
 
 
 @dataclass(frozen=True, slots=True)
 class ScriptFacts:
-    """What is known about the launched script: does it exist, does it resume from a checkpoint."""
+    """What is known about the launched script: does it exist, does it resume, how it reads its arguments."""
 
     path: str | None
     exists: bool | None
     resumes: bool | None
+    arguments: ArgFacts | None = None
+    spawns: str | None = None
+    """``train.py:104`` when the script starts its own processes (``mp.spawn``, ``fabric.launch``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchFacts:
+    """What the launch depends on besides the node: the script, the ``-m`` module, the DeepSpeed hostfile."""
+
+    script: ScriptFacts = ScriptFacts(None, None, None)
+    module: ModuleLookup | None = None
+    hostfile: HostfileFacts | None = None
+
+
+LAUNCHER_MODULES = ("torch.distributed.run", "torch.distributed.launch")
 
 
 def command_visible(command: LaunchCommand, node: LaunchNode) -> tuple[int, str | None]:
@@ -64,11 +88,13 @@ def command_visible(command: LaunchCommand, node: LaunchNode) -> tuple[int, str 
     return count, mask
 
 
-def launch_ranks(command: LaunchCommand, node: LaunchNode) -> int | None:
-    """Ranks on this node the command starts; None when the launcher decides at run time or fails."""
+def launch_ranks(command: LaunchCommand, node: LaunchNode, hostfile: HostfileFacts | None = None,
+                 spawns: bool = False) -> int | None:
+    """Ranks on this node the command starts; None when the launcher (or a script that spawns its own ranks)
+    decides at run time, or the launch fails."""
     visible, mask = command_visible(command, node)
     if command.launcher == "python":
-        return 1
+        return None if spawns else 1
     if command.launcher == "torchrun":
         value = str(command.option("nproc-per-node") or "1")
         if value.lstrip("-").isdigit():
@@ -80,31 +106,43 @@ def launch_ranks(command: LaunchCommand, node: LaunchNode) -> int | None:
         if value == "cpu":
             return node.cpus
         return None
-    slots = _deepspeed(command, node, visible, mask, [])
+    slots = deepspeed_slots(command, node.node_gpus, visible, mask, hostfile, [])
     return len(slots) if slots else None
 
 
-def judge_launch_command(command: LaunchCommand, node: LaunchNode, script: ScriptFacts) -> Verdict:
+def judge_launch_command(command: LaunchCommand, node: LaunchNode, script: ScriptFacts | LaunchFacts) -> Verdict:
     """FAIL where the launcher will refuse or mis-place ranks, WARN where the run will cost time."""
+    facts = script if isinstance(script, LaunchFacts) else LaunchFacts(script)
     findings: list[Finding] = []
     visible, mask = command_visible(command, node)
     if VISIBLE in command.env:
         findings.append(note("LAUNCH_VISIBLE_IN_COMMAND", VISIBLE,
                              f"the command sets {VISIBLE}={command.env[VISIBLE]}: the job sees {visible} GPU"
                              f"{'s' if visible != 1 else ''}"))
+    if command.runs_module and _module(command, facts.module, findings):
+        return findings_verdict(findings, ok_summary="", subject="launch command",
+                                details={"launcher": command.launcher, "module": command.script})
     if command.launcher == "torchrun":
-        _torchrun(command, node, visible, findings)
+        _torchrun(command, node, visible, facts.script, findings)
     elif command.launcher == "deepspeed":
-        _deepspeed(command, node, visible, mask, findings)
+        deepspeed_slots(command, node.node_gpus, visible, mask, facts.hostfile, findings)
+    elif facts.script.spawns is not None:
+        findings.append(note("LAUNCH_SCRIPT_SPAWNS", command.script,
+                             f"the script starts its own processes ({facts.script.spawns}): python runs it once and it "
+                             "starts the ranks"))
     elif visible > 1:
         findings.append(problem(Status.WARN, "LAUNCH_ONE_RANK", command.script,
                                 f"plain python starts one process: 1 of the {visible} visible GPUs is used",
                                 f"Launch with torchrun --standalone --nproc-per-node=gpu {command.script} ..."))
-    _script(command, script, findings)
-    ranks = launch_ranks(command, node)
+    _ports(command, findings)
+    _local_rank(command, node, facts.script, findings)
+    _script(command, facts.script, findings)
+    ranks = launch_ranks(command, node, facts.hostfile, facts.script.spawns is not None)
     _rank_logs(command, ranks, findings)
     summary = (f"{command.launcher} starts {ranks} rank{'s' if ranks != 1 else ''} on {visible} visible GPU"
-               f"{'s' if visible != 1 else ''}" if ranks is not None else f"{command.launcher} command")
+               f"{'s' if visible != 1 else ''}" if ranks is not None else
+               f"python runs {command.script} once on {visible} visible GPU{'s' if visible != 1 else ''}"
+               if command.launcher == "python" else f"{command.launcher} command")
     metrics = [Metric("launch_ranks", ranks, "ranks")] if ranks is not None else []
     return findings_verdict(findings, ok_summary=summary, subject="launch command", metrics=metrics,
                             details={"launcher": command.launcher, "options": dict(command.options),
@@ -112,11 +150,15 @@ def judge_launch_command(command: LaunchCommand, node: LaunchNode, script: Scrip
                                      "env": dict(command.env), "ranks": ranks, "visible_gpus": visible})
 
 
-def _torchrun(command: LaunchCommand, node: LaunchNode, visible: int, findings: list[Finding]) -> None:
+def _torchrun(command: LaunchCommand, node: LaunchNode, visible: int, script: ScriptFacts,
+              findings: list[Finding]) -> None:
     given = command.option("nproc-per-node")
     value = str(given) if given is not None else "1"
     where = "--nproc-per-node"
-    if given is None and visible > 1:
+    if given is None and visible > 1 and script.spawns is not None:
+        findings.append(note("LAUNCH_SCRIPT_SPAWNS", command.script,
+                             f"1 rank, and the script starts its own processes ({script.spawns})"))
+    elif given is None and visible > 1:
         findings.append(problem(Status.WARN, "LAUNCH_ONE_RANK", where,
                                 f"not given: torchrun starts 1 rank, using 1 of the {visible} visible GPUs",
                                 "Add --nproc-per-node=gpu (one rank per visible GPU)."))
@@ -159,10 +201,9 @@ def _torchrun(command: LaunchCommand, node: LaunchNode, visible: int, findings: 
     _nnodes(command, findings)
     _restarts(command, findings)
     if command.legacy_launch:
-        findings.append(problem(Status.WARN, "LAUNCH_DEPRECATED_LAUNCHER", "torch.distributed.launch",
-                                "deprecated: it passes --local-rank=N to the script (unless --use-env), which a "
-                                "script reading LOCAL_RANK from the environment refuses",
-                                "Use torchrun (python -m torch.distributed.run) with the same options."))
+        findings.append(note("LAUNCH_DEPRECATED_LAUNCHER", "torch.distributed.launch",
+                             "deprecated (torch warns at start) but it still runs; torchrun is the same launcher "
+                             "without --local-rank"))
     if command.option("standalone") and any(command.option(k) for k in ("rdzv-endpoint", "rdzv-backend", "rdzv-id")):
         findings.append(note("LAUNCH_STANDALONE_OVERRIDES", "--standalone",
                              "--rdzv-backend/--rdzv-endpoint/--rdzv-id are replaced by --standalone's own"))
@@ -195,9 +236,8 @@ def _nnodes(command: LaunchCommand, findings: list[Finding]) -> None:
                                 f"{raw} with --standalone: other nodes cannot join a localhost rendezvous, so the job "
                                 "runs on this node alone", "Use --nnodes=1 with --standalone."))
     elif low > 1:
-        findings.append(problem(Status.WARN, "LAUNCH_MULTI_NODE", "--nnodes",
-                                f"the job waits for {low} nodes; preflight judges this one only",
-                                "Run preflight on every node of the job."))
+        findings.append(note("LAUNCH_MULTI_NODE", "--nnodes",
+                             f"the job waits for {low} nodes; preflight judges this one only (run it on every node)"))
 
 
 def _restarts(command: LaunchCommand, findings: list[Finding]) -> None:
@@ -236,126 +276,107 @@ def _script(command: LaunchCommand, script: ScriptFacts, findings: list[Finding]
 
 
 def _rank_logs(command: LaunchCommand, ranks: int | None, findings: list[Finding]) -> None:
+    """A tip, not a problem: an unprefixed console costs nothing."""
     if ranks is None or ranks < 2:
         return
     if command.launcher == "torchrun":
         tee, redirects = str(command.option("tee") or "0"), str(command.option("redirects") or "0")
         if tee == "0" and redirects == "0" and not command.option("local-ranks-filter"):
-            findings.append(problem(Status.WARN, "LAUNCH_NO_RANK_PREFIX", "--tee",
-                                    f"{ranks} ranks print to one console without a rank prefix: lines interleave "
-                                    "and an error cannot be traced to its rank",
-                                    "Add --tee 3 (prefixes each line with [default<rank>]: and keeps per-rank log "
-                                    "files; add --log-dir DIR to choose where)."))
+            findings.append(note("LAUNCH_NO_RANK_PREFIX", "--tee",
+                                 f"{ranks} ranks share one console without a rank prefix (tip: --tee 3 prefixes each "
+                                 "line with its rank and keeps per-rank logs)"))
     elif command.launcher == "deepspeed" and not command.option("enable_each_rank_log"):
-        findings.append(problem(Status.WARN, "LAUNCH_NO_RANK_PREFIX", "--enable_each_rank_log",
-                                f"{ranks} ranks print to one console without a rank prefix",
-                                "Add --enable_each_rank_log DIR (one log file per rank)."))
+        findings.append(note("LAUNCH_NO_RANK_PREFIX", "--enable_each_rank_log",
+                             f"{ranks} ranks share one console (tip: --enable_each_rank_log DIR keeps one log per "
+                             "rank)"))
 
 
-def _deepspeed(command: LaunchCommand, node: LaunchNode, visible: int, mask: str | None,
-               findings: list[Finding]) -> list[int] | None:
-    """The runner's checks in its order; the GPU slots it launches on, None when it refuses or cannot tell."""
-    include, exclude = command.option("include"), command.option("exclude")
-    gpus, nodes = command.option("num_gpus"), command.option("num_nodes")
-    if command.option("hostfile"):
-        findings.append(note("LAUNCH_DS_HOSTFILE", "--hostfile",
-                             "a hostfile makes a multi-node launch over ssh; preflight judges this node only"))
-        return None
-    if include and exclude:
-        findings.append(problem(Status.FAIL, "LAUNCH_DS_FILTER_CONFLICT", "--include",
-                                "--include and --exclude together: DeepSpeed raises 'include_str and exclude_str are "
-                                "mutually exclusive'", "Keep one of them."))
-        return None
-    if (include or exclude) and (gpus is not None or nodes is not None):
-        findings.append(problem(Status.FAIL, "LAUNCH_DS_FILTER_CONFLICT", "--num_gpus",
-                                "--num_gpus/--num_nodes with --include/--exclude: DeepSpeed raises 'Cannot specify "
-                                "num_nodes/gpus with include/exclude'", "Keep either the filter or the counts."))
-        return None
-    if nodes is not None and str(nodes).lstrip("-").isdigit() and int(str(nodes)) > 1:
-        findings.append(problem(Status.FAIL, "LAUNCH_DS_NO_HOSTFILE", "--num_nodes",
-                                f"{nodes} nodes without a hostfile: DeepSpeed raises 'Num nodes is >1 but no extra "
-                                "nodes available via hostfile'", "Use --num_nodes 1 (or drop it) on one node."))
-        return None
-    if mask is not None and (include or exclude or gpus is not None or nodes is not None):
-        findings.append(problem(Status.WARN, "LAUNCH_DS_IGNORES_VISIBLE", VISIBLE,
-                                f"{VISIBLE}={mask} is ignored (and removed) by DeepSpeed's runner because "
-                                "--include/--exclude/--num_gpus/--num_nodes is given: slots count physical GPUs",
-                                f"Drop {VISIBLE} and name the GPUs with --include localhost:0,1, or drop the filter."))
-    if not node.node_gpus:
-        findings.append(note("LAUNCH_DS_CPU", "deepspeed",
-                             "no GPU: DeepSpeed's CPU accelerator starts one rank per NUMA node (LOCAL_SIZE if set)"))
-        return None
-    return _deepspeed_slots(command, node.node_gpus, visible, mask, findings)
+def _module(command: LaunchCommand, module: ModuleLookup | None, findings: list[Finding]) -> bool:
+    """``python -m NAME`` / ``torchrun -m NAME``: the module must be there for the job to start.
 
-
-def _deepspeed_slots(command: LaunchCommand, node_gpus: int, visible: int, mask: str | None,
-                     findings: list[Finding]) -> list[int] | None:
-    """The GPU slots DeepSpeed's runner gives the job; None when it refuses (findings say why)."""
-    include, exclude = command.option("include"), command.option("exclude")
-    gpus = command.option("num_gpus")
-    if command.option("hostfile") or (include and exclude) or not node_gpus:
-        return None
-    pool = list(range(node_gpus))
-    where = "--include" if include else "--exclude" if exclude else VISIBLE
-    text = str(include or exclude or "")
-    if not text and mask is not None and gpus is None and command.option("num_nodes") is None:
-        text, where = f"localhost:{mask}", VISIBLE
-        include = text
-    if text:
-        chosen = _filter(text, pool, bool(include), where, findings)
-        if chosen is None:
-            return None
+    True when it is not (the one finding that matters then: nothing else of the line runs)."""
+    name = command.script
+    where = f"-m {name}"
+    if module is None or module.state in ("found", "unknown"):
+        if module is not None and module.state == "unknown":
+            findings.append(note("LAUNCH_MODULE_UNCHECKED", where, f"could not ask the job's interpreter for {name} "
+                                 f"({module.detail})"))
+        return False
+    part = module.part or name
+    hint = _launcher_hint(name)
+    if module.state == "missing" and "." in part:
+        findings.append(problem(Status.FAIL, "LAUNCH_MODULE_MISSING", where,
+                                f"No module named {part}: python exits at once and the job never starts{hint}",
+                                "Use torchrun (or python -m torch.distributed.run) with the same options." if hint
+                                else f"Name a module that exists ({part} does not), or the script's path."))
+    elif module.state == "missing":
+        findings.append(problem(Status.WARN, "LAUNCH_MODULE_NOT_FOUND", where,
+                                f"no package {part} in the job's interpreter from the directory preflight runs in: "
+                                "it could not be checked (the job fails the same way if started from here)",
+                                "Run preflight from the job's directory, or install the package."))
+        return False
+    elif module.state == "not-a-package":
+        findings.append(problem(Status.FAIL, "LAUNCH_MODULE_MISSING", where,
+                                f"{part} is a module, not a package: python cannot find {name} and exits",
+                                f"Name a module that exists{hint or ''}."))
     else:
-        chosen = pool
-    if gpus is not None:
-        try:
-            count = int(str(gpus))
-        except ValueError:
-            findings.append(problem(Status.FAIL, "LAUNCH_DS_NUM_GPUS", "--num_gpus", f"{gpus!r} is not a number",
-                                    "Use --num_gpus N."))
-            return None
-        if count > node_gpus:
-            findings.append(problem(Status.FAIL, "LAUNCH_DS_NUM_GPUS", "--num_gpus",
-                                    f"{count} GPUs asked, the node has {node_gpus}: DeepSpeed launches ranks on "
-                                    f"slots 0..{count - 1} unchecked and the extra ranks fail at set_device",
-                                    f"Use --num_gpus {node_gpus} or fewer."))
-            return None
-        if count > 0:
-            chosen = list(range(count))
-    return chosen
+        findings.append(problem(Status.FAIL, "LAUNCH_MODULE_MISSING", where,
+                                f"{name} is a package without __main__: 'cannot be directly executed', the job "
+                                "never starts", f"Name the module to run inside {name}{hint or ''}."))
+    return True
 
 
-def _filter(text: str, pool: list[int], including: bool, where: str, findings: list[Finding]) -> list[int] | None:
-    """``parse_resource_filter`` on the one-host pool ``localhost``."""
-    slots: list[int] = []
-    whole = False
-    for spec in text.split("@"):
-        host, sep, listed = spec.partition(":")
-        if host != "localhost":
-            findings.append(problem(Status.FAIL, "LAUNCH_DS_FILTER_HOST", where,
-                                    f"host {host!r}: without a hostfile DeepSpeed knows only 'localhost' and raises "
-                                    f"\"Hostname '{host}' not found in hostfile\"",
-                                    "Write the filter as localhost:0,1,..."))
-            return None
-        if not sep:
-            whole = True
+def _launcher_hint(name: str) -> str:
+    if name.startswith("torch.") and name not in LAUNCHER_MODULES:
+        return " (torch's launcher is torch.distributed.run, the torchrun command)"
+    return ""
+
+
+def _ports(command: LaunchCommand, findings: list[Finding]) -> None:
+    """``--master-port``/``--master_port`` and a rendezvous endpoint's port must be a TCP port."""
+    names = ("master-port",) if command.launcher == "torchrun" else ("master_port",)
+    for name in names:
+        raw = command.option(name)
+        if raw is None:
             continue
-        for item in listed.split(","):
-            if not item.strip().isdigit():
-                message = (f"{VISIBLE} entry {item!r} is not a GPU index: DeepSpeed turns {VISIBLE} into "
-                           "--include localhost:<value> and fails in int()" if where == VISIBLE
-                           else f"slot {item!r} is not a number (DeepSpeed's int() fails)")
-                findings.append(problem(Status.FAIL, "LAUNCH_DS_FILTER_SLOT", where, message,
-                                        f"Use GPU indices (nvidia-smi -L) in {where}, not UUIDs."))
-                return None
-            slot = int(item)
-            if slot not in pool:
-                findings.append(problem(Status.FAIL, "LAUNCH_DS_FILTER_SLOT", where,
-                                        f"slot {slot}: the node has GPUs 0..{len(pool) - 1}; DeepSpeed raises "
-                                        f"\"No slot '{slot}' specified on host 'localhost'\"",
-                                        f"Use slots between 0 and {len(pool) - 1}."))
-                return None
-            slots.append(slot)
-    if including:
-        return pool if whole else sorted(set(slots))
-    return [] if whole else [s for s in pool if s not in set(slots)]
+        text = str(raw)
+        if not text.isdigit() or not 0 < int(text) < 65536:
+            findings.append(problem(Status.FAIL, "LAUNCH_PORT_INVALID", f"--{name}",
+                                    f"{text!r} is not a TCP port (1-65535): the rendezvous cannot listen on it and "
+                                    "the job never starts", f"Use a free port such as --{name}=29500."))
+    endpoint = command.option("rdzv-endpoint") if command.launcher == "torchrun" else None
+    if isinstance(endpoint, str) and ":" in endpoint:
+        port = endpoint.rsplit(":", 1)[1]
+        if port and (not port.isdigit() or not 0 <= int(port) < 65536):
+            findings.append(problem(Status.FAIL, "LAUNCH_PORT_INVALID", "--rdzv-endpoint",
+                                    f"port {port!r} of {endpoint} is not a TCP port: the rendezvous cannot start",
+                                    "Use HOST:PORT with a port from 1 to 65535 (or 0 for any free one)."))
+
+
+def passed_local_rank(command: LaunchCommand, torch_version: str | None) -> str | None:
+    """The ``--local-rank=N`` spelling the launcher appends to the script's arguments, None when it appends none."""
+    if command.launcher == "deepspeed":
+        return None if command.option("no_local_rank") else "--local_rank"
+    if command.launcher == "torchrun" and command.legacy_launch and not command.option("use-env"):
+        major = torch_version.split(".", 1)[0] if torch_version else ""
+        return "--local_rank" if major.isdigit() and int(major) < 2 else "--local-rank"
+    return None
+
+
+def _local_rank(command: LaunchCommand, node: LaunchNode, script: ScriptFacts, findings: list[Finding]) -> None:
+    """The launcher's ``--local-rank=N`` against the script's argparse."""
+    spelling = passed_local_rank(command, node.torch_version)
+    arguments = script.arguments
+    if spelling is None or arguments is None or arguments.mode != "argparse" or arguments.accepts(f"{spelling}=0"):
+        return
+    declared = sorted(o for o in arguments.options if "local" in o and "rank" in o)
+    has = f"declares only {', '.join(declared)}" if declared else "declares no local rank option"
+    launcher = ("DeepSpeed's launcher" if command.launcher == "deepspeed"
+                else f"torch.distributed.launch (torch {node.torch_version or '2.x'})")
+    other = "--local_rank" if spelling == "--local-rank" else "--local-rank"
+    fix = (f'Declare both spellings: parser.add_argument("{spelling}", "{other}", type=int, default=-1), or '
+           + ("pass --no_local_rank and read os.environ['LOCAL_RANK']." if command.launcher == "deepspeed"
+              else "launch with torchrun (it passes no argument; read os.environ['LOCAL_RANK'])."))
+    findings.append(problem(Status.FAIL, "LAUNCH_LOCAL_RANK_REFUSED", spelling,
+                            f"{launcher} passes {spelling}=N to {command.script}, whose argparse ({arguments.where}) "
+                            f"{has}: every rank exits with 'unrecognized arguments: {spelling}=0'", fix))

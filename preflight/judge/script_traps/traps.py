@@ -1,16 +1,22 @@
-"""The classic traps, each a function of one :class:`~preflight.judge.script_traps.scan.Walk`.
+"""The traps about which ranks make which calls, each a function of the :class:`Walk` and the program's facts.
 
-1. ``save_checkpoint``/``save_state`` (DeepSpeed, Accelerate) under a rank-0 condition: a
-   collective only one rank enters hangs the others (DeepSpeed's docs: "all processes must call
-   this method"; deepspeedai/DeepSpeed PR #801, #2993);
-2. NCCL ``init_process_group`` with no ``torch.cuda.set_device`` and no ``device_id=``, and
-   ``DistributedDataParallel`` without ``device_ids`` there: every rank lands on ``cuda:0``;
-3. a ``DistributedSampler`` (shuffling) whose ``set_epoch`` is never called in a loop: every
-   epoch repeats the first epoch's order (torch's DistributedSampler docstring);
-4. an FSDP model's ``state_dict()`` saved with ``torch.save`` on rank 0 without DCP or a full
-   state dict: rank 0's shard, not the model; with ``FULL_STATE_DICT`` the ``state_dict()`` call is
-   itself a collective and must not be inside the rank-0 branch;
-5. any other collective inside a rank-conditional branch.
+1. A DeepSpeed engine's ``save_checkpoint``/``save_16bit_model`` under a rank condition: it is a
+   collective (DeepSpeed 0.19.8 ``runtime/engine.py``: ``save_checkpoint`` calls ``dist.barrier()``,
+   its docstring: "all processes must call this method"), so the other ranks never join and the
+   job hangs. Accelerate's ``save_state`` is a collective only under DeepSpeed or FSDP (accelerate
+   ``accelerator.py`` ``save_state``: ``model.save_checkpoint`` / ``save_fsdp_model`` there,
+   ``wait_for_everyone`` with ``automatic_checkpoint_naming``); under plain DDP it is a note, and
+   ``if accelerator.distributed_type == DistributedType.DEEPSPEED or accelerator.is_main_process``
+   (every process under DeepSpeed) is right.
+2. Any other collective (``dist.all_reduce``, ``barrier``, ``accelerator.wait_for_everyone``)
+   under a rank condition, unless the other branch makes it too or a second rank-conditional
+   barrier of the same function pairs it (rank 0 first, then the others).
+3. A forward pass of a sharded model (FSDP, ZeRO-3) under a rank condition: each layer's forward
+   all-gathers its parameters from every rank, so one rank alone waits forever (litgpt
+   ``finetune/lora.py`` after PR #2213 calls ``generate_example(fabric, model, ...)`` under
+   ``fabric.global_rank == 0`` with an FSDP2 model).
+4. NCCL ``init_process_group`` with no ``torch.cuda.set_device`` and no ``device_id=``, and
+   ``DistributedDataParallel`` without ``device_ids`` there: every rank lands on ``cuda:0``.
 """
 
 from __future__ import annotations
@@ -18,25 +24,40 @@ from __future__ import annotations
 import ast
 from dataclasses import dataclass
 
-from preflight.judge.script_traps.names import SAVE_CALLS, last
+from preflight.judge.script_traps.facts import ProgramFacts
+from preflight.judge.script_traps.names import last
 from preflight.judge.script_traps.scan import CallSite, Walk, collective_kind, line_text
+from preflight.outcome import Status
 
-RESUME_CALLS = frozenset({"load_checkpoint", "load_state", "load_state_dict", "set_state_dict",
-                          "set_model_state_dict", "set_optimizer_state_dict", "load_model"})
-"""Calls that restore training state (``torch.load``/``dcp.load`` are matched by module)."""
-
-FULL_STATE_MARKERS = frozenset({"FullStateDictConfig", "FULL_STATE_DICT", "get_model_state_dict", "get_state_dict",
-                                "full_optim_state_dict"})
+ENGINE_SAVES = frozenset({"save_checkpoint", "save_16bit_model"})
+ACCELERATE_STATE = frozenset({"save_state", "load_state"})
+BARRIERS = frozenset({"barrier", "monitored_barrier", "wait_for_everyone"})
+MODEL_NAMES = frozenset({"model", "module", "net", "unet", "transformer", "engine", "model_engine", "ddp_model",
+                         "fsdp_model", "sharded_model", "raw_model"})
+FORWARD_METHODS = frozenset({"forward", "generate", "sample"})
+FORWARD_FUNCTIONS = ("generate", "sample", "evaluate", "forward", "predict")
+HANG = "the job hangs there until the collective timeout (NCCL: 10 minutes by default), then every rank is killed"
 
 
 @dataclass(frozen=True, slots=True)
 class Trap:
-    """One finding of the scan: where, which trap, what it does, the corrected form."""
+    """One finding of the scan: where, which trap, what it does, the fix, how sure and what it costs."""
 
     line: int
     code: str
     message: str
     fix: str
+    path: str = ""
+    """The module the line is in, relative to the script's directory; empty for the script itself."""
+    sure: bool = False
+    """True when the source leaves no doubt (a direct call under a direct rank test); else likely."""
+    cost: str = ""
+    status: Status = Status.WARN
+    """WARN for a problem; PASS for a note (a pattern that costs nothing in this job)."""
+
+
+def _report_path(walk: Walk, path: str) -> str:
+    return "" if path == walk.script.path else path
 
 
 def _guard(site: CallSite) -> str:
@@ -44,96 +65,176 @@ def _guard(site: CallSite) -> str:
     return f"`{cond.text}` (line {cond.line})"
 
 
-def rank_branch_collectives(walk: Walk, source: str) -> list[Trap]:
-    """Traps 1 and 5: collectives only some ranks reach."""
+def rank_branch_collectives(walk: Walk, facts: ProgramFacts) -> list[Trap]:
+    """Traps 1 and 2: collectives only some ranks reach."""
     hits: list[tuple[CallSite, str]] = []
     for site in walk.calls:
         if not site.conditions:
             continue
-        kind = collective_kind(walk, site.node)
-        if kind is None or kind.split(" ")[0] in site.balanced:
+        kind = collective_kind(site.module, site.node)
+        if kind is None or kind in site.balanced:
             continue
         hits.append((site, kind))
     paired = _paired_barriers(hits)
+    automatic = _automatic_checkpoint_naming(walk)
     found: list[Trap] = []
     for site, kind in hits:
         if id(site) in paired:
             continue
-        base = kind.split(" ")[0]
-        if base in SAVE_CALLS:
-            found.append(Trap(site.node.lineno, "SCRIPT_SAVE_ON_ONE_RANK",
-                              f"{kind} runs only where {_guard(site)} holds: it is a collective, the other ranks never "
-                              "join it and the job hangs until the NCCL timeout",
-                              f"Call {last(site.qualname)}() on every rank (it writes from the ranks that must write); "
-                              "keep only prints and logging under the rank check."))
+        path, line = site.report_at()
+        where = _report_path(walk, path)
+        via = site.via()
+        sure = not via
+        if kind in ENGINE_SAVES:
+            found.append(Trap(line, "SCRIPT_SAVE_ON_ONE_RANK",
+                              f"{kind}(){via} runs only where {_guard(site)} holds: DeepSpeed's {kind} is a "
+                              "collective (every rank must call it), the other ranks never join it",
+                              f"Call {kind}() on every rank (DeepSpeed writes from the ranks that must write); keep "
+                              "only prints and logging under the rank check.", where, sure, HANG))
+        elif kind in ACCELERATE_STATE and not automatic:
+            if not any("DEEPSPEED" in c.text or "distributed_type" in c.text for c in site.conditions):
+                found.append(_accelerate_state(site, kind, via, facts, where, line))
         else:
-            found.append(Trap(site.node.lineno, "SCRIPT_COLLECTIVE_IN_RANK_BRANCH",
-                              f"{kind} runs only where {_guard(site)} holds: every rank of the group must call it, "
-                              "so the ranks that skip the branch leave the others waiting",
-                              f"Move {kind.split(' ')[0]}() out of the rank-dependent branch (or call it in every "
-                              "branch)."))
+            found.append(Trap(line, "SCRIPT_COLLECTIVE_IN_RANK_BRANCH",
+                              f"{kind}(){via} runs only where {_guard(site)} holds: every rank of the group must "
+                              "call it, so the ranks that skip the branch leave the others waiting",
+                              f"Move {kind}() out of the rank-dependent branch (or call it in every branch).",
+                              where, sure, HANG))
     return found
+
+
+def _accelerate_state(site: CallSite, kind: str, via: str, facts: ProgramFacts, where: str, line: int) -> Trap:
+    """``accelerator.save_state`` on the main process: a hang under DeepSpeed/FSDP, nothing under plain DDP."""
+    fix = (f"Call accelerator.{kind}() on every process (Accelerate writes from the main process itself); keep only "
+           "the old-checkpoint cleanup under is_main_process.")
+    if facts.deepspeed_or_fsdp is not None:
+        return Trap(line, "SCRIPT_SAVE_ON_ONE_RANK",
+                    f"accelerator.{kind}(){via} runs only where {_guard(site)} holds: under DeepSpeed or FSDP, which "
+                    f"this script is written for ({facts.deepspeed_or_fsdp}), {kind} is a collective "
+                    "(save_checkpoint / the FSDP state-dict gather) and the other processes never join it; under "
+                    "plain DDP it is harmless",
+                    fix, where, not via, HANG + " (DeepSpeed and FSDP runs only)")
+    return Trap(line, "SCRIPT_SAVE_STATE_ON_MAIN",
+                f"accelerator.{kind}(){via} on the main process only: harmless under plain DDP (Accelerate "
+                "synchronises nothing there); under a DeepSpeed or FSDP accelerate config it would hang",
+                fix, where, not via, "nothing under plain DDP", Status.PASS)
+
+
+def _automatic_checkpoint_naming(walk: Walk) -> bool:
+    """``ProjectConfiguration(automatic_checkpoint_naming=True)``: save_state then calls wait_for_everyone."""
+    for site in walk.calls:
+        for keyword in site.node.keywords:
+            if keyword.arg == "automatic_checkpoint_naming" and not (
+                    isinstance(keyword.value, ast.Constant) and keyword.value.value is False):
+                return True
+    return False
 
 
 def _paired_barriers(hits: list[tuple[CallSite, str]]) -> set[int]:
     """Barriers of one function under two different rank tests: the rank-0-first pattern, balanced."""
-    by_scope: dict[tuple[str, str], set[int]] = {}
+    by_scope: dict[tuple[str, str, str], set[int]] = {}
     for site, kind in hits:
-        if kind in ("barrier", "monitored_barrier", "wait_for_everyone"):
-            by_scope.setdefault((site.scope, kind), set()).add(site.conditions[-1].line)
+        if kind in BARRIERS:
+            by_scope.setdefault((site.module.path, site.scope, kind), set()).add(site.conditions[-1].line)
     paired: set[int] = set()
     for site, kind in hits:
-        lines = by_scope.get((site.scope, kind), set())
-        if len(lines) > 1:
+        if len(by_scope.get((site.module.path, site.scope, kind), set())) > 1:
             paired.add(id(site))
     return paired
 
 
-def device_placement(walk: Walk, source: str) -> list[Trap]:
-    """Trap 2: NCCL without set_device/device_id, and DDP without device_ids."""
-    names = walk.names
-    inits = [s for s in walk.calls if last(s.qualname) == "init_process_group"]
-    managed = any(last(s.qualname) in ("initialize", "Accelerator", "Trainer", "init_distributed")
-                  and s.qualname.split(".")[0] in ("deepspeed", "accelerate", "transformers")
-                  for s in walk.calls)
-    sets_device = [s for s in walk.calls if last(s.qualname) in ("set_device", "set_device_index")
+def sharded_forward_on_one_rank(walk: Walk, facts: ProgramFacts) -> list[Trap]:
+    """Trap 3: a sharded model's forward (or generate) where only some ranks go."""
+    if facts.sharded is None:
+        return []
+    found: list[Trap] = []
+    for site in walk.calls:
+        if not site.conditions or not site.reached:
+            continue
+        model = _forward_of(site)
+        if model is None:
+            continue
+        path, line = site.report_at()
+        via = site.via()
+        found.append(Trap(line, "SCRIPT_SHARDED_FORWARD_ON_ONE_RANK",
+                          f"{model}{via} runs a forward pass of the sharded model (sharded at {facts.sharded}) only "
+                          f"where {_guard(site)} holds: every layer all-gathers its parameters from every rank, and "
+                          "the ranks that skip the branch never join the gather",
+                          "Run the forward (generation, evaluation) on every rank and keep only printing or saving its "
+                          "result under the rank check, or gather a full copy of the model first.",
+                          _report_path(walk, path), False, HANG))
+    return found
+
+
+def _forward_of(site: CallSite) -> str | None:
+    """``model(x)``, ``model.generate(...)``, ``generate(model, ...)``: the call text when it runs the model."""
+    func = site.node.func
+    if isinstance(func, ast.Name) and func.id in MODEL_NAMES:
+        return f"{func.id}(...)"
+    if isinstance(func, ast.Attribute) and func.attr in FORWARD_METHODS and isinstance(func.value, ast.Name) and \
+            func.value.id in MODEL_NAMES:
+        return f"{func.value.id}.{func.attr}(...)"
+    name = last(site.qualname)
+    if name.startswith(FORWARD_FUNCTIONS) and any(isinstance(a, ast.Name) and a.id in MODEL_NAMES
+                                                  for a in (*site.node.args, *(k.value for k in site.node.keywords))):
+        return f"{name}(model, ...)"
+    return None
+
+
+def device_placement(walk: Walk, facts: ProgramFacts) -> list[Trap]:
+    """Trap 4: NCCL without set_device/device_id, and DDP without device_ids."""
+    calls = walk.calls
+    inits = [s for s in calls if last(s.qualname) == "init_process_group"]
+    managed = any(last(s.qualname) in ("initialize", "Accelerator", "Trainer", "init_distributed", "Fabric")
+                  and s.qualname.split(".")[0] in ("deepspeed", "accelerate", "transformers", "lightning")
+                  for s in calls)
+    sets_device = [s for s in calls if last(s.qualname) in ("set_device", "set_device_index")
                    or s.qualname in ("torch.cuda.device", "torch.set_default_device")]
     found: list[Trap] = []
+    seen: set[tuple[str, int]] = set()
     for site in sets_device:
         arg = site.node.args[0] if site.node.args else None
-        if last(site.qualname) == "set_device" and isinstance(arg, ast.Constant) and isinstance(arg.value, int):
-            found.append(Trap(site.node.lineno, "SCRIPT_FIXED_DEVICE",
-                              f"{line_text(source, site.node.lineno)}: every rank selects GPU {arg.value}",
-                              "Use torch.cuda.set_device(int(os.environ['LOCAL_RANK']))."))
+        if last(site.qualname) == "set_device" and isinstance(arg, ast.Constant) and isinstance(arg.value, int) and \
+                (site.module.path, site.line) not in seen:
+            seen.add((site.module.path, site.line))
+            found.append(Trap(site.line, "SCRIPT_FIXED_DEVICE",
+                              f"{line_text(site.module.lines, site.line)}: every rank selects GPU {arg.value}",
+                              "Use torch.cuda.set_device(int(os.environ['LOCAL_RANK'])).",
+                              _report_path(walk, site.module.path), True,
+                              "every rank shares one GPU: it runs out of memory or the job is N times slower"))
     device_id = any(any(k.arg == "device_id" for k in s.node.keywords) for s in inits)
     for site in inits:
         backend = _backend(site.node)
-        strings = names.strings_of(backend) if backend is not None else {"nccl"}
+        strings = site.module.names.strings_of(backend) if backend is not None else {"nccl"}
         if not any("nccl" in text for text in strings) or managed or sets_device or device_id:
             continue
-        found.append(Trap(site.node.lineno, "SCRIPT_NO_SET_DEVICE",
+        found.append(Trap(site.line, "SCRIPT_NO_SET_DEVICE",
                           "init_process_group with NCCL, and no torch.cuda.set_device(LOCAL_RANK) or device_id= in "
                           "the script: every rank's .cuda() / 'cuda' tensors land on cuda:0",
                           "Call torch.cuda.set_device(local_rank) before init_process_group, or pass "
-                          "device_id=torch.device('cuda', local_rank)."))
-    on_gpu = "cuda" in source or "nccl" in source
-    for site in walk.calls:
-        if last(site.qualname) != "DistributedDataParallel" or managed:
+                          "device_id=torch.device('cuda', local_rank).", _report_path(walk, site.module.path), False,
+                          "every rank on GPU 0: out of memory, or N times slower"))
+    on_gpu = any("cuda" in line or "nccl" in line for m in walk.program.all_modules() for line in m.lines)
+    for site in calls:
+        if last(site.qualname) != "DistributedDataParallel" or managed or (site.module.path, site.line) in seen:
             continue
+        seen.add((site.module.path, site.line))
         ids = next((k.value for k in site.node.keywords if k.arg == "device_ids"), None)
         if ids is None and len(site.node.args) > 1:
             ids = site.node.args[1]
         if ids is None and on_gpu and not sets_device and not device_id:
-            found.append(Trap(site.node.lineno, "SCRIPT_DDP_NO_DEVICE_IDS",
+            found.append(Trap(site.line, "SCRIPT_DDP_NO_DEVICE_IDS",
                               "DistributedDataParallel without device_ids and no set_device: every rank's model is "
                               "on cuda:0, so all ranks share one GPU",
                               "Call torch.cuda.set_device(local_rank), move the model to it and pass "
-                              "device_ids=[local_rank]."))
+                              "device_ids=[local_rank].", _report_path(walk, site.module.path), False,
+                              "every rank on GPU 0: out of memory, or N times slower"))
         elif isinstance(ids, (ast.List, ast.Tuple)) and ids.elts and all(
                 isinstance(e, ast.Constant) and isinstance(e.value, int) for e in ids.elts):
-            found.append(Trap(site.node.lineno, "SCRIPT_DDP_FIXED_DEVICE",
+            found.append(Trap(site.line, "SCRIPT_DDP_FIXED_DEVICE",
                               f"DistributedDataParallel(device_ids={ast.unparse(ids)}): every rank uses the same GPU",
-                              "Pass device_ids=[local_rank]."))
+                              "Pass device_ids=[local_rank].", _report_path(walk, site.module.path), True,
+                              "every rank shares one GPU: it runs out of memory or the job is N times slower"))
     return found
 
 
@@ -142,106 +243,3 @@ def _backend(call: ast.Call) -> ast.expr | None:
         if keyword.arg == "backend":
             return keyword.value
     return call.args[0] if call.args else None
-
-
-def sampler_epochs(walk: Walk, source: str) -> list[Trap]:
-    """Trap 3: DistributedSampler(shuffle=True) and no set_epoch in a loop."""
-    samplers = [s for s in walk.calls if last(s.qualname) == "DistributedSampler"]
-    in_loop = any(last(s.qualname) == "set_epoch" and s.in_loop for s in walk.calls)
-    anywhere = any(last(s.qualname) == "set_epoch" for s in walk.calls)
-    found: list[Trap] = []
-    for site in samplers:
-        shuffle = next((k.value for k in site.node.keywords if k.arg == "shuffle"), None)
-        if isinstance(shuffle, ast.Constant) and shuffle.value is False:
-            continue
-        if in_loop:
-            continue
-        where = "outside any loop" if anywhere else "nowhere"
-        found.append(Trap(site.node.lineno, "SCRIPT_SAMPLER_NO_SET_EPOCH",
-                          f"DistributedSampler shuffles, but set_epoch is called {where}: every epoch repeats the "
-                          "same order on every rank",
-                          "Call sampler.set_epoch(epoch) at the start of each epoch of the training loop."))
-    return found
-
-
-def fsdp_rank0_save(walk: Walk, source: str) -> list[Trap]:
-    """Trap 4: torch.save of an FSDP model's state_dict() on rank 0."""
-    wrappers = [s for s in walk.calls if last(s.qualname) in ("FullyShardedDataParallel", "fully_shard")]
-    if not wrappers:
-        return []
-    models = _fsdp_models(walk, wrappers)
-    markers = {last(s.qualname) for s in walk.calls} | {
-        n.attr for n in ast.walk(walk.tree) if isinstance(n, ast.Attribute)}
-    full = bool(markers & FULL_STATE_MARKERS) or any(
-        k.arg == "full_state_dict" and isinstance(k.value, ast.Constant) and k.value.value is True
-        for s in walk.calls for k in s.node.keywords)
-    dcp = any(s.qualname.startswith("torch.distributed.checkpoint.") for s in walk.calls)
-    found: list[Trap] = []
-    for site in walk.calls:
-        if site.qualname != "torch.save" or not site.conditions or not site.node.args:
-            continue
-        state = _state_dict_of(walk, site.node.args[0], models)
-        if state is None:
-            continue
-        state_site = next((s for s in walk.calls if s.node is state), None)
-        gathered_on_one_rank = state_site is None or bool(state_site.conditions)
-        if not full and not dcp:
-            found.append(Trap(site.node.lineno, "SCRIPT_FSDP_SHARD_SAVE",
-                              f"torch.save of an FSDP model's state_dict() where {_guard(site)} holds: rank 0 writes "
-                              "its own shard, not the model",
-                              "Save with torch.distributed.checkpoint (dcp.save on every rank), or gather a full "
-                              "state dict on every rank (get_model_state_dict(model, options=StateDictOptions("
-                              "full_state_dict=True, cpu_offload=True))) and torch.save it on rank 0."))
-        elif full and gathered_on_one_rank:
-            found.append(Trap(state.lineno, "SCRIPT_FSDP_STATE_DICT_ON_ONE_RANK",
-                              f"the full state_dict() of an FSDP model is gathered where {_guard(site)} holds: "
-                              "gathering is a collective, the other ranks never join and the job hangs",
-                              "Build the state dict on every rank, then torch.save it on rank 0 only."))
-    return found
-
-
-def _fsdp_models(walk: Walk, wrappers: list[CallSite]) -> set[str]:
-    models: set[str] = {"model", "module"}
-    for name, values in walk.names.assignments.items():
-        if any(isinstance(v, ast.Call) and last(walk.names.qualname(v.func)) in ("FullyShardedDataParallel",
-                                                                                 "fully_shard") for v in values):
-            models.add(name)
-    for site in wrappers:
-        if last(site.qualname) == "fully_shard" and site.node.args and isinstance(site.node.args[0], ast.Name):
-            models.add(site.node.args[0].id)
-    return models
-
-
-def _state_dict_of(walk: Walk, arg: ast.expr, models: set[str]) -> ast.Call | None:
-    """The ``model.state_dict()`` call ``arg`` holds (directly, or through a variable assigned from it)."""
-    for node in ast.walk(arg):
-        if _is_model_state_dict(node, models):
-            assert isinstance(node, ast.Call)
-            return node
-    if isinstance(arg, ast.Name):
-        for value in walk.names.assignments.get(arg.id, []):
-            for node in ast.walk(value):
-                if _is_model_state_dict(node, models):
-                    assert isinstance(node, ast.Call)
-                    return node
-    return None
-
-
-def _is_model_state_dict(node: ast.AST, models: set[str]) -> bool:
-    if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "state_dict"):
-        return False
-    receiver = node.func.value
-    if isinstance(receiver, ast.Name):
-        return receiver.id in models
-    return isinstance(receiver, ast.Attribute) and receiver.attr in models
-
-
-def resumes_from_checkpoint(walk: Walk) -> bool:
-    """True when the script restores state (load_checkpoint, torch.load, dcp.load, resume_from_checkpoint=...)."""
-    for site in walk.calls:
-        name = last(site.qualname)
-        if name in RESUME_CALLS or site.qualname in ("torch.load", "torch.distributed.checkpoint.load"):
-            return True
-        if any(k.arg == "resume_from_checkpoint" for k in site.node.keywords):
-            return True
-    return False

@@ -1,6 +1,6 @@
-from accelerate import Accelerator
+from accelerate import Accelerator, DeepSpeedPlugin
 
-accelerator = Accelerator()
+accelerator = Accelerator(deepspeed_plugin=DeepSpeedPlugin(zero_stage=2))
 model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
 for epoch in range(3):
     for batch in loader:
