@@ -29,11 +29,19 @@ class Status(str, enum.Enum):
 
     @property
     def rank(self) -> int:
-        """Severity used by :func:`worst`: FAIL > ERROR > WARN > SKIP > PASS."""
+        """Severity used by :func:`worst`: FAIL > ERROR > WARN > SKIP > PASS. The one status order: every
+        list of checks or problems sorts by it."""
         return _RANK[self]
+
+    @property
+    def is_problem(self) -> bool:
+        """FAIL, ERROR and WARN: what the verdict block, ``--oneline`` and the HTML list as problems."""
+        return self in PROBLEM_STATUSES
 
 
 _RANK = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+PROBLEM_STATUSES = (Status.FAIL, Status.ERROR, Status.WARN)
+"""The statuses that are problems, worst first."""
 
 
 class RunVerdict(str, enum.Enum):
