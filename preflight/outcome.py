@@ -33,15 +33,10 @@ class Status(str, enum.Enum):
         list of checks or problems sorts by it."""
         return _RANK[self]
 
-    @property
-    def is_problem(self) -> bool:
-        """FAIL, ERROR and WARN: what the verdict block, ``--oneline`` and the HTML list as problems."""
-        return self in PROBLEM_STATUSES
-
 
 _RANK = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
-PROBLEM_STATUSES = (Status.FAIL, Status.ERROR, Status.WARN)
-"""The statuses that are problems, worst first."""
+PROBLEM_STATUSES = tuple(sorted((s for s in Status if s.rank >= _RANK[Status.WARN]), key=lambda s: -s.rank))
+"""The statuses that are problems (WARN and worse), worst first: FAIL, ERROR, WARN."""
 
 
 class RunVerdict(str, enum.Enum):
