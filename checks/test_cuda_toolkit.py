@@ -24,19 +24,19 @@ from preflight.settings import Settings
 
 
 def test_torch_cuda_build(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode) -> None:
-    """torch is a CUDA build where there are NVIDIA GPUs"""
+    """Is torch a CUDA build where there are NVIDIA GPUs?"""
     record(judge_torch_build(toolkit_facts.torch, cuda_node.gpu_count, cuda_node.driver))
 
 
 @pytest.mark.gpu
 def test_driver_supports_torch_cuda(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode) -> None:
-    """The NVIDIA driver supports the CUDA version torch was built with"""
+    """Does the NVIDIA driver support the CUDA version torch was built with?"""
     record(judge_driver_for_torch(toolkit_facts.torch, cuda_node.driver, cuda_node.gpu_count))
 
 
 @pytest.mark.gpu
 def test_gpu_arch_in_torch(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, gpu: GpuInfo) -> None:
-    """torch carries kernels for the GPU's compute capability"""
+    """Does torch carry kernels for the GPU's compute capability?"""
     capability = next((g for g in cuda_node.gpus or () if g.index == gpu.index), None)
     if capability is None:
         record(skip(f"GPU{gpu.index}: NVML reports no compute capability ({gpu.compute_capability})"))
@@ -47,39 +47,47 @@ def test_gpu_arch_in_torch(record: Recorder, toolkit_facts: ToolkitFacts, cuda_n
 def test_cuda_toolkit_for_jit_builds(
     record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
 ) -> None:
-    """A CUDA toolkit a JIT build (DeepSpeed ops, C++/CUDA extensions) can use"""
+    """Is there a CUDA toolkit a JIT build can use?
+
+    JIT builds: DeepSpeed's ops, C++/CUDA extensions."""
     record(judge_toolkit(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
 def test_cuda_home_matches_path(record: Recorder, toolkit_facts: ToolkitFacts) -> None:
-    """CUDA_HOME and the first nvcc on PATH are the same toolkit"""
+    """Are CUDA_HOME and the first nvcc on PATH the same toolkit?"""
     record(judge_cuda_home_vs_path(toolkit_facts))
 
 
 def test_deepspeed_accepts_toolkit(
     record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
 ) -> None:
-    """DeepSpeed's op builder accepts the toolkit for torch's CUDA (on the path it takes: JIT or pre-built)"""
+    """Does DeepSpeed's op builder accept the toolkit for torch's CUDA?
+
+    On the path DeepSpeed takes: a JIT build or pre-built ops."""
     record(judge_deepspeed_cuda(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
 def test_deepspeed_accelerator(
     record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
 ) -> None:
-    """DeepSpeed picks the accelerator the node has (DS_ACCELERATOR does not override it)"""
+    """Does DeepSpeed pick the accelerator the node has?
+
+    DS_ACCELERATOR must not override it."""
     record(judge_deepspeed_accelerator(toolkit_facts, cuda_node.gpu_count, frameworks))
 
 
 def test_jit_build_tools(
     record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
 ) -> None:
-    """ninja and a C++ compiler for JIT-built ops"""
+    """Are ninja and a C++ compiler there for JIT-built ops?"""
     record(judge_build_tools(toolkit_facts, frameworks, cuda_node.gpu_count))
 
 
 @pytest.mark.slow
 def test_deepspeed_jit_build(record: Recorder, toolkit_facts: ToolkitFacts, settings: Settings) -> None:
-    """DeepSpeed JIT-builds its fused Adam from scratch with this node's compilers (nvcc on its CUDA accelerator)"""
+    """Does DeepSpeed JIT-build its fused Adam with this node's compilers?
+
+    From scratch; nvcc on its CUDA accelerator."""
     reason = jit_build_skip_reason(toolkit_facts)
     if reason is not None:
         record(skip(reason))

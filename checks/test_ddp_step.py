@@ -12,5 +12,5 @@ from preflight.recording import Recorder
 @pytest.mark.distributed
 @pytest.mark.rehearsal("ddp")
 def test_ddp_step(record: Recorder, strategy_rehearsal: PhaseResult) -> None:
-    """One DDP step on every rank leaves identical parameters"""
+    """Does one DDP step leave identical parameters on every rank?"""
     record(judge_ddp_step(strategy_rehearsal))

@@ -29,81 +29,85 @@ from preflight.settings import Settings
 
 
 def test_nvidia_gpu_present(record: Recorder, node: Node) -> None:
-    """There is an NVIDIA GPU for the job (or a CPU rehearsal was asked for)"""
+    """Is there an NVIDIA GPU for the job, or a CPU rehearsal?
+
+    A `--nproc-per-node=gpu` job needs a GPU; `--cpu` asks for a rehearsal on gloo CPU ranks instead."""
     record(judge_gpu_presence(node.pci_gpus.count, len(node.nvml.gpus), node.torch.gpus, node.cpu_rehearsal))
 
 
 def test_nvml(record: Recorder, settings: Settings, node: Node, gpu_table_view: View) -> None:
-    """NVML starts and lists the GPUs"""
+    """Does NVML start and list the GPUs?"""
     verdict = judge_nvml(node.nvml, settings.expect_gpus, node.pci_gpus.count)
     record(verdict.with_extra(views=[gpu_table_view]) if node.nvml.gpus else verdict)
 
 
 def test_gpu_count(record: Recorder, settings: Settings, node: Node, visible: VisibleDevices,
                    torch_devices: TorchDevices) -> None:
-    """The job sees the expected number of GPUs"""
+    """Does the job see the expected number of GPUs?"""
     record(judge_gpu_count(visible, len(node.nvml.gpus), settings.expect_gpus, torch_devices))
 
 
 def test_devices_agree(record: Recorder, node: Node, visible: VisibleDevices, torch_devices: TorchDevices) -> None:
-    """torch, NVML and CUDA_VISIBLE_DEVICES agree on the GPUs"""
+    """Do torch, NVML and CUDA_VISIBLE_DEVICES agree on the GPUs?"""
     record(judge_device_agreement(visible, len(node.nvml.gpus), torch_devices))
 
 
 def test_cuda_visible_devices(record: Recorder, visible: VisibleDevices) -> None:
-    """CUDA_VISIBLE_DEVICES reads the way it was written"""
+    """Does CUDA_VISIBLE_DEVICES read the way it was written?"""
     record(judge_visible_devices(visible))
 
 
 def test_cuda_device_order(record: Recorder, node: Node, visible: VisibleDevices) -> None:
-    """CUDA device indices mean the GPUs nvidia-smi shows"""
+    """Do CUDA device indices mean the GPUs nvidia-smi shows?"""
     record(judge_device_order(visible, node.order_raw, node.identities))
 
 
 def test_gpu_models(record: Recorder, node: Node, visible: VisibleDevices) -> None:
-    """The job's GPUs are all one model"""
+    """Are the job's GPUs all one model?"""
     record(judge_gpu_models(node.job_gpus))
 
 
 @pytest.mark.gpu
 def test_gpu_responds(record: Recorder, gpu: GpuInfo) -> None:
-    """The GPU answers NVML"""
+    """Does the GPU answer NVML?"""
     record(judge_gpu_responds(gpu))
 
 
 @pytest.mark.gpu
 def test_gpu_not_busy(record: Recorder, gpu: GpuInfo) -> None:
-    """No other process holds the GPU's memory"""
+    """Is the GPU's memory free of other processes?"""
     record(judge_gpu_busy(gpu, own_pids=own_pids()))
 
 
 @pytest.mark.gpu
 def test_gpu_ecc(record: Recorder, gpu: GpuInfo) -> None:
-    """No uncorrectable ECC errors"""
+    """Is the GPU free of uncorrectable ECC errors?"""
     record(judge_ecc(gpu))
 
 
 @pytest.mark.gpu
 def test_gpu_memory_repairs(record: Recorder, gpu: GpuInfo) -> None:
-    """No pending or failed row remaps or page retirements"""
+    """Is the GPU free of pending or failed memory repairs?
+
+    Row remaps (Ampere and later) or page retirements (earlier GPUs)."""
     record(judge_memory_repairs(gpu))
 
 
 @pytest.mark.gpu
 def test_gpu_mig(record: Recorder, gpu: GpuInfo) -> None:
-    """MIG is off on the job's GPUs"""
+    """Is MIG off on the GPU?"""
     record(judge_mig(gpu))
 
 
 @pytest.mark.gpu
 def test_gpu_persistence(record: Recorder, gpu: GpuInfo) -> None:
-    """Persistence mode is on"""
+    """Is persistence mode on?"""
     record(judge_persistence(gpu))
 
 
 @pytest.mark.gpu
 def test_gpu_throttling(record: Recorder, gpu: GpuInfo) -> None:
-    """No thermal or power slowdown at idle"""
+    """Does the GPU run without thermal or power slowdown at idle?"""
     record(judge_throttling(gpu))
 
 
@@ -111,5 +115,5 @@ def test_gpu_throttling(record: Recorder, gpu: GpuInfo) -> None:
 @pytest.mark.distributed
 @pytest.mark.rehearsal("allreduce")
 def test_gpu_pcie_link(record: Recorder, gpu: GpuInfo, pcie_under_load: dict[int, tuple[int, int]]) -> None:
-    """PCIe link at full speed under load"""
+    """Does the PCIe link run at full speed under load?"""
     record(judge_pcie_link(gpu, pcie_under_load.get(gpu.index)))

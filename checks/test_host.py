@@ -25,27 +25,27 @@ from preflight.settings import Settings
 
 
 def test_shared_memory(record: Recorder, shm_facts: ShmFacts, container_facts: ContainerFacts) -> None:
-    """/dev/shm is large enough for NCCL and DataLoader workers"""
+    """Is /dev/shm large enough for NCCL and DataLoader workers?"""
     record(judge_shm(shm_facts, container_facts))
 
 
 def test_locked_memory_limit(record: Recorder, memlock_facts: MemlockFacts, container_facts: ContainerFacts) -> None:
-    """Locked-memory limit (ulimit -l) does not block RDMA registration"""
+    """Does the locked-memory limit (ulimit -l) allow RDMA registration?"""
     record(judge_memlock(memlock_facts, container_facts))
 
 
 def test_checkpoint_disk(record: Recorder, checkpoint_disk_facts: DiskFacts, checkpoint_size: int | None) -> None:
-    """Checkpoint directory is writable and has room for checkpoints"""
+    """Is the checkpoint directory writable, with room for checkpoints?"""
     record(judge_checkpoint_disk(checkpoint_disk_facts, checkpoint_size))
 
 
 def test_session_survives_disconnect(record: Recorder, session_facts: SessionFacts) -> None:
-    """A job started from this shell survives a dropped SSH connection"""
+    """Does a job started from this shell survive a dropped SSH connection?"""
     record(judge_session(session_facts))
 
 
 def test_no_leftover_training_processes(record: Recorder, leftover_processes: list[TrainingProcess]) -> None:
-    """No earlier training run is still running"""
+    """Is the node free of earlier training runs?"""
     record(judge_leftover_processes(leftover_processes))
 
 
@@ -55,7 +55,9 @@ def test_rendezvous_port_free(
     host_env: Mapping[str, str],
     launch_command: LaunchCommand | None,
 ) -> None:
-    """The default rendezvous port 29500 is free (or the job does not use it)"""
+    """Is the default rendezvous port 29500 free for the job?
+
+    Or the job does not use it."""
     user = default_port_user(rendezvous_port_facts.port, host_env, launch_command)
     record(judge_rendezvous_port(rendezvous_port_facts, user))
 
@@ -63,7 +65,7 @@ def test_rendezvous_port_free(
 def test_environment_hygiene(
     record: Recorder, host_env: Mapping[str, str], job_ranks: int, cpu_memory_facts: CpuMemoryFacts
 ) -> None:
-    """No environment variable left set that slows or breaks the job"""
+    """Is the environment free of variables that slow or break the job?"""
     cpus = cpu_memory_facts.effective_cpus
     record(judge_environment(host_env, ranks=job_ranks, cores_per_rank=cpus / job_ranks if cpus else None))
 
@@ -71,11 +73,13 @@ def test_environment_hygiene(
 def test_cpu_and_ram_per_rank(
     record: Recorder, cpu_memory_facts: CpuMemoryFacts, job_ranks: int, gpu_memory: GpuMemorySource, settings: Settings
 ) -> None:
-    """CPU cores and host RAM per rank for data loading"""
+    """Are there enough CPU cores and host RAM per rank for data loading?"""
     verdict = judge_cpu_memory(cpu_memory_facts, job_ranks)
     record(verdict.with_extra(evidence={"ranks": ranks_note(job_ranks, gpu_memory, settings)}))
 
 
 def test_iommu_and_acs(record: Recorder, pcie_facts: PcieFacts) -> None:
-    """IOMMU and PCIe ACS state (evidence for peer-to-peer problems)"""
+    """How are IOMMU and PCIe ACS set?
+
+    Evidence for peer-to-peer problems."""
     record(judge_pcie_evidence(pcie_facts))

@@ -16,7 +16,7 @@ def test_memory_fit(
     record: Recorder, settings: Settings, gpu_memory: GpuMemorySource, bytes_per_param: BytesPerParam,
     strategies: StrategySelection, lora: LoraSplit | None,
 ) -> None:
-    """The model fits this node's GPUs with at least one strategy"""
+    """Does the model fit this node's GPUs with at least one strategy?"""
     params = settings.option("model_params")
     if params is None:
         record(skip("no model size given: pass --model-params (e.g. 7B) to size the job on this node"))

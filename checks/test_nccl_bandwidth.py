@@ -24,7 +24,7 @@ QUICK_SKIP = "needs a launch of its own (NCCL reads the variable when a communic
 @pytest.mark.rehearsal("allreduce")
 def test_allreduce_bandwidth(record: Recorder, allreduce_sweeps: AllreduceSweeps,
                              busbw_expectation: Expectation | None, nproc: int) -> None:
-    """All-reduce bus bandwidth reaches what this node should"""
+    """Does all-reduce bus bandwidth reach what this node should?"""
     if allreduce_sweeps.on_gpu and nproc < 2:
         record(skip("one GPU: there is no all-reduce between GPUs to measure"))
         return
@@ -46,7 +46,9 @@ def test_allreduce_bandwidth(record: Recorder, allreduce_sweeps: AllreduceSweeps
 @pytest.mark.rehearsal("allreduce")
 def test_nccl_p2p(record: Recorder, allreduce_sweeps: AllreduceSweeps, busbw_expectation: Expectation | None,
                   nproc: int) -> None:
-    """GPU peer-to-peer works and is worth keeping (all-reduce with and without NCCL_P2P_DISABLE)"""
+    """Does GPU peer-to-peer work, and is it worth keeping?
+
+    All-reduce with and without NCCL_P2P_DISABLE."""
     if not allreduce_sweeps.on_gpu:
         record(skip("no NVIDIA GPU visible: the P2P comparison needs NCCL (the gloo sweep ran in the bandwidth check)"))
         return
@@ -69,7 +71,7 @@ def test_nccl_p2p(record: Recorder, allreduce_sweeps: AllreduceSweeps, busbw_exp
 @pytest.mark.distributed
 @pytest.mark.rehearsal("allreduce")
 def test_nccl_environment(record: Recorder, allreduce_sweeps: AllreduceSweeps, nproc: int) -> None:
-    """No inherited NCCL_* variable costs all-reduce speed"""
+    """Is the job free of inherited NCCL_* variables that cost all-reduce speed?"""
     env = dict(os.environ)
     costly = costly_nccl_variables(env)
     if not costly:

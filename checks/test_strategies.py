@@ -17,7 +17,9 @@ from preflight.recording import Recorder
 @pytest.mark.distributed
 @pytest.mark.rehearsal("deepspeed_ops")  # ordered after the sweep and FSDP: waiting for the build holds the run
 def test_deepspeed_ops(record: Recorder, zero_selection: str | None, deepspeed_ops: Callable[[], OpBuild]) -> None:
-    """DeepSpeed builds the ops the ZeRO rehearsal loads (beside the launch, in preflight's own cache)"""
+    """Does DeepSpeed build the ops the ZeRO rehearsal loads?
+
+    Beside the launch, in preflight's own cache."""
     record(skip(zero_selection) if zero_selection else judge_op_build(deepspeed_ops()))
 
 
@@ -25,5 +27,5 @@ def test_deepspeed_ops(record: Recorder, zero_selection: str | None, deepspeed_o
 @pytest.mark.rehearsal(param="strategy")
 @pytest.mark.parametrize("strategy", ["fsdp", "zero1", "zero2", "zero3"])
 def test_strategy_step(record: Recorder, strategy: str, strategy_rehearsal: PhaseResult) -> None:
-    """A few training steps and a checkpoint round trip with the job's strategy"""
+    """Do a few training steps and a checkpoint round trip work with the job's strategy?"""
     record(judge_strategy(strategy_rehearsal, strategy))

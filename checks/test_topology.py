@@ -30,7 +30,9 @@ def _no_matrix(smi: SmiTopology, inventory: NvmlSnapshot) -> Verdict:
 
 
 def test_gpu_interconnect(record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot) -> None:
-    """How the GPUs are linked (NVSwitch, NVLink pairs, PCIe) and what that means for FSDP/ZeRO-3"""
+    """How are the GPUs linked, and what does that mean for FSDP/ZeRO-3?
+
+    NVSwitch, NVLink pairs or PCIe."""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
         return
@@ -40,14 +42,14 @@ def test_gpu_interconnect(record: Recorder, smi_topology: SmiTopology, gpu_inven
 def test_nvlinks_all_active(
     record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot, settings: Settings
 ) -> None:
-    """Every GPU has as many active NVLinks as its peers"""
+    """Does every GPU have as many active NVLinks as its peers?"""
     reason = no_gpu_reason(gpu_inventory)
     expected = settings.option("expect_nvlinks")
     record(skip(reason) if reason else judge_nvlink_counts(gpu_inventory.gpus, smi_topology.matrix, expected))
 
 
 def test_topology_sources_agree(record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot) -> None:
-    """NVML and nvidia-smi topo -m describe the same links"""
+    """Do NVML and nvidia-smi topo -m describe the same links?"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
     elif gpu_inventory.error is not None:
@@ -57,7 +59,7 @@ def test_topology_sources_agree(record: Recorder, smi_topology: SmiTopology, gpu
 
 
 def test_gpu_cpu_affinity(record: Recorder, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot) -> None:
-    """Which CPUs and NUMA node each GPU sits next to"""
+    """Which CPUs and NUMA node does each GPU sit next to?"""
     if smi_topology.matrix is None:
         record(_no_matrix(smi_topology, gpu_inventory))
         return
@@ -71,7 +73,7 @@ def test_p2p_copies(
     record: Recorder, p2p_launch: PhaseResult | None, smi_topology: SmiTopology, gpu_inventory: NvmlSnapshot,
     pcie_facts: PcieFacts,
 ) -> None:
-    """Peer-to-peer copies between every GPU pair arrive intact"""
+    """Do peer-to-peer copies between every GPU pair arrive intact?"""
     if p2p_launch is None:
         record(skip("no NVIDIA GPU pair visible to CUDA: peer-to-peer copies need at least 2 GPUs"))
         return

@@ -16,6 +16,7 @@ import json
 import os
 import pkgutil
 import sys
+import textwrap
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,28 @@ from preflight.locations import checks_dir
 from preflight.options import Option, UsageParser, argparse_type, join_negative_values
 
 JUNIT_NAME = "preflight-junit.xml"
+
+HELP_GROUPS = ("run", "the job's plan", "reports", "fleet", "advanced")
+"""The sections of ``preflight --help``, in order, after the sub-commands."""
+OPTION_GROUPS = {
+    "run": ("profile", "cpu", "nproc", "python", "expect-gpus", "strategy", "with", "slow", "strict", "timeout"),
+    "the job's plan": ("model-params", "bytes-per-param", "largest-layer-params", "headroom", "checkpoint-dir",
+                       "trainable-params", "lora-rank", "hidden-size", "num-layers", "lora-matrices", "base-bits",
+                       "ds-config", "launch", "script"),
+    "reports": ("report-dir",),
+    "fleet": ("prometheus", "oneline"),
+}
+"""Where each declared option is listed in ``--help``; an option named nowhere here is under "advanced"."""
+COMMAND_SUMMARIES = {
+    "rehearse": "run your own training script a few steps on 1, 2 and all GPUs: step time and scaling",
+    "size": "plan a model's memory per GPU for each strategy before renting a node",
+    "topology": "explain an nvidia-smi topo -m capture, or this node's",
+    "nccl-log": "explain a saved NCCL_DEBUG log",
+    "explain": "what a verdict code means, why it matters and the fix (--list: every code)",
+    "report": "re-render a saved preflight.json as HTML, or print its one-line status",
+    "merge": "one fleet report from many nodes' preflight.json",
+}
+"""One line per sub-command for ``--help``, in the order shown; others follow with their docstring's summary."""
 
 
 def subcommands() -> dict[str, str]:
@@ -40,30 +63,68 @@ def build_parser(convert: bool = True) -> argparse.ArgumentParser:
     off the values stay as the user typed them (that text is what pytest parses again)."""
     from preflight.plugin import all_options
 
-    names = ", ".join(sorted(subcommands()))
+    commands = subcommands()
     parser = UsageParser(
         prog="preflight",
-        description="Is this multi-GPU node ready for a long torchrun job? Runs every check and answers "
-        "READY, DEGRADED or NOT READY, writing preflight.json, preflight.html and JUnit XML.",
-        epilog=f"Sub-commands (preflight NAME --help): {names}. Arguments after -- go to pytest unchanged. "
-        "Exit codes: 0 ready or degraded, 1 not ready (or degraded with --strict), 2 could not run.",
+        usage="preflight [OPTIONS] [-- PYTEST ARGS]\n       preflight COMMAND [ARGS]   (preflight COMMAND --help)",
+        description=textwrap.fill("Is this multi-GPU node ready for a long torchrun job? Runs every check and "
+                                  "answers READY, DEGRADED or NOT READY, writing preflight.json, preflight.html "
+                                  "and JUnit XML.", width=78) + "\n\n" + command_help(commands),
+        epilog="Arguments after -- go to pytest unchanged. Exit codes: 0 ready or degraded, 1 not ready (or "
+        "degraded with --strict), 2 could not run.",
+        formatter_class=_Formatter,
+        suggest=commands,
     )
-    for option in all_options():
-        _add(parser, option, argparse_type if convert else None)
-    parser.add_argument("-k", dest="keyword", metavar="EXPR", help="only run checks matching the expression "
-                        "(pytest -k), e.g. -k gpu3 or -k 'not nccl'")
-    parser.add_argument("-m", dest="markexpr", metavar="EXPR", help="only run checks matching the marker "
-                        "expression (pytest -m), e.g. -m 'not distributed'")
-    parser.add_argument("--junitxml", metavar="PATH", help=f"JUnit XML path (default REPORT_DIR/{JUNIT_NAME})")
-    parser.add_argument("-q", "--quiet", action="store_true", help="one line per problem, no per-check lines")
-    parser.add_argument("-v", "--verbose", action="store_true", help="pytest's own output: one line per check "
-                        "by its test id, then pytest's summary")
-    parser.add_argument("--version", action="version", version=f"preflight {preflight.__version__}")
+    groups = {name: parser.add_argument_group(name) for name in HELP_GROUPS}
+    order = [name for names in OPTION_GROUPS.values() for name in names]
+    placed = {option: group for group, options in OPTION_GROUPS.items() for option in options}
+    run = groups["run"]
+    for option in sorted(all_options(), key=lambda o: order.index(o.name) if o.name in placed else len(order)):
+        _add(groups[placed.get(option.name, "advanced")], option, argparse_type if convert else None)
+    run.add_argument("-k", dest="keyword", metavar="EXPR", help="only run checks matching the expression "
+                     "(pytest -k), e.g. -k gpu3 or -k 'not nccl'")
+    run.add_argument("-m", dest="markexpr", metavar="EXPR", help="only run checks matching the marker "
+                     "expression (pytest -m), e.g. -m 'not distributed'")
+    run.add_argument("-q", "--quiet", action="store_true", help="one line per problem, no per-check lines")
+    run.add_argument("-v", "--verbose", action="store_true", help="pytest's own output: one line per check "
+                     "by its test id, then pytest's summary")
+    groups["reports"].add_argument("--junitxml", metavar="PATH",
+                                   help=f"JUnit XML path (default REPORT_DIR/{JUNIT_NAME})")
+    groups["advanced"].add_argument("--version", action="version", version=f"preflight {preflight.__version__}")
     return parser
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """The description's command list as written; option help wrapped as usual."""
+
+
+def command_help(commands: dict[str, str]) -> str:
+    """The sub-commands, one line each, in the order of :data:`COMMAND_SUMMARIES`."""
+    names = [name for name in COMMAND_SUMMARIES if name in commands] + sorted(set(commands) - set(COMMAND_SUMMARIES))
+    width = max(len(name) for name in names)
+    lines = [f"  {name:<{width}}  {COMMAND_SUMMARIES.get(name) or _docstring_summary(commands[name])}"
+             for name in names]
+    return "commands:\n" + "\n".join(lines)
+
+
+def _docstring_summary(module: str) -> str:
+    """A sub-command's summary from its module docstring (read, not imported): the text after the usage."""
+    import ast
+    import importlib.util
+
+    spec = importlib.util.find_spec(module)
+    try:
+        source = Path(spec.origin).read_text(encoding="utf-8") if spec and spec.origin else ""
+        doc = ast.get_docstring(ast.parse(source)) or ""
+    except (OSError, SyntaxError, ValueError):
+        return ""
+    first = " ".join(doc.split("\n\n", 1)[0].split())
+    return first.split("``: ", 1)[-1].split(". ", 1)[0].rstrip(".")
+
+
 def _add(
-    parser: argparse.ArgumentParser, option: Option, wrap: Callable[[Callable[[str], Any]], Callable[[str], Any]] | None
+    parser: argparse._ActionsContainer, option: Option,
+    wrap: Callable[[Callable[[str], Any]], Callable[[str], Any]] | None,
 ) -> None:
     flag = f"--{option.name}"
     if option.flag:

@@ -8,6 +8,7 @@ Areas declare their own options as ``OPTIONS`` in their ``preflight/fixtures/<ar
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
 import shutil
@@ -76,10 +77,39 @@ def python_interpreter(text: str) -> str:
 
 
 class UsageParser(argparse.ArgumentParser):
-    """argparse whose errors become one-line :class:`UsageError` (exit code 2), never a usage dump."""
+    """argparse whose errors become one-line :class:`UsageError` (exit code 2), never a usage dump. An
+    unknown option gets the closest known ones (``--nprocs``: did you mean --nproc?); ``suggest`` names
+    further words a mistyped first argument may have meant (the sub-commands)."""
+
+    def __init__(self, *args: Any, suggest: Collection[str] = (), **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.suggest = tuple(suggest)
 
     def error(self, message: str) -> NoReturn:
+        prefix = "unrecognized arguments: "
+        if message.startswith(prefix):
+            message += did_you_mean(message[len(prefix):].split(), self.known_options(), self.suggest)
         raise UsageError(message)
+
+    def known_options(self) -> list[str]:
+        """Every option string this parser takes (``--nproc``, ``-k``, ...)."""
+        return [flag for action in self._actions for flag in action.option_strings]
+
+
+def did_you_mean(unknown: Sequence[str], options: Sequence[str], words: Sequence[str] = ()) -> str:
+    """``"; did you mean --nproc?"`` for the first unknown argument that resembles an option (or, when it is
+    the first argument and not an option, one of ``words``): the closest one, else ``""``."""
+    for position, token in enumerate(unknown):
+        if token.startswith("--"):
+            near = difflib.get_close_matches(token.split("=", 1)[0], [o for o in options if o.startswith("--")],
+                                             n=1, cutoff=0.6)
+        elif position == 0 and not token.startswith("-"):
+            near = difflib.get_close_matches(token, list(words), n=1, cutoff=0.6)
+        else:
+            continue
+        if near:
+            return f"; did you mean {near[0]}?"
+    return ""
 
 
 def argparse_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:

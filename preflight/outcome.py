@@ -29,11 +29,14 @@ class Status(str, enum.Enum):
 
     @property
     def rank(self) -> int:
-        """Severity used by :func:`worst`: FAIL > ERROR > WARN > SKIP > PASS."""
+        """Severity used by :func:`worst`: FAIL > ERROR > WARN > SKIP > PASS. The one status order: every
+        list of checks or problems sorts by it."""
         return _RANK[self]
 
 
 _RANK = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
+PROBLEM_STATUSES = tuple(sorted((s for s in Status if s.rank >= _RANK[Status.WARN]), key=lambda s: -s.rank))
+"""The statuses that are problems (WARN and worse), worst first: FAIL, ERROR, WARN."""
 
 
 class RunVerdict(str, enum.Enum):

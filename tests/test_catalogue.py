@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.codes import areas, catalogue, close_matches, lookup
+from preflight.codes import DEFAULT_KIND, Kind, areas, catalogue, close_matches, iter_codes, kind_of, lookup
 from preflight.codes.markdown import catalogue_markdown
 from preflight.commands import explain
 from preflight.judge.strategies import STRATEGIES
@@ -135,6 +135,23 @@ def test_entries_say_what_why_and_fix() -> None:
                 assert len(text) >= 12 and text == text.strip() and "\n" not in text, (entry.code, text)
 
 
+def test_every_entry_has_a_class_and_the_classes_order_the_problems() -> None:
+    """Each code says where its problems are listed (``Kind``); an entry added without one is named here."""
+    unclassified = [entry.code for _, entry in iter_codes() if entry.kind is None]
+    assert not unclassified, (f"classify these codes with kind=Kind.X (rules: preflight/codes/__init__.py): "
+                              f"{unclassified}")
+    assert [kind.rank for kind in Kind] == list(range(len(Kind)))
+    assert kind_of("GPU_ROW_REMAP_FAILED") is Kind.RMA
+    assert {kind_of(c) for c in ("GPU_ECC_UNCORRECTABLE", "GPU_ROW_REMAP_PENDING", "NVLINK_ALL_DOWN")} == {Kind.HARDWARE}
+    assert kind_of("DEEPSPEED_CUDA_MAJOR_MISMATCH") is kind_of("TORCH_CPU_BUILD") is Kind.BLOCKER
+    assert kind_of("NCCL_BUSBW_LOW") is kind_of("SESSION_NOT_DETACHED") is Kind.COST
+    assert kind_of("DS_AUTO") is Kind.NOTE and "A note, not a problem" in (lookup("DS_AUTO") or Kind).meaning
+    assert kind_of("NOT_A_CODE") is kind_of(None) is DEFAULT_KIND is Kind.BLOCKER
+    notes = [entry.code for _, entry in iter_codes() if ("A note, not a problem" in entry.meaning) !=
+             (entry.kind is Kind.NOTE) and entry.code != "LAUNCH_MULTI_NODE"]
+    assert not notes, notes
+
+
 def test_lookup_and_close_matches() -> None:
     assert lookup(" gpu_ecc_uncorrectable ") is lookup("GPU_ECC_UNCORRECTABLE") is not None
     assert lookup("NOPE") is None
@@ -158,7 +175,7 @@ def test_the_readme_links_the_table() -> None:
 def test_explain_prints_what_why_and_fix(capsys: pytest.CaptureFixture[str]) -> None:
     assert explain.main(["gpu_row_remap_pending", "ZERO2_OP_BUILD_FAILED"]) == 0
     out = capsys.readouterr().out
-    assert out.startswith("GPU_ROW_REMAP_PENDING  (")
+    assert out.startswith("GPU_ROW_REMAP_PENDING  (GPUs, NVML and the job's torch; hardware fault)")
     assert "ZERO2_OP_BUILD_FAILED" in out
     for label in ("what:", "why:", "fix:"):
         assert out.count(f"  {label}") == 2
@@ -166,12 +183,18 @@ def test_explain_prints_what_why_and_fix(capsys: pytest.CaptureFixture[str]) -> 
 
 
 def test_explain_list_and_json(capsys: pytest.CaptureFixture[str]) -> None:
-    assert explain.main(["--list"]) == 0
+    assert explain.main(["--list"]) == 0  # captured: not a terminal, so one whole line a code
     lines = capsys.readouterr().out.splitlines()
     assert [line.split()[0] for line in lines] == [code for code in catalogue()]
+    assert [line.split(None, 1)[1] for line in lines] == [entry.meaning for _, entry in iter_codes()]  # never cut
+    for width in (72, 120):  # a terminal: wrapped, still whole
+        wrapped = explain.list_lines(width)
+        assert len(wrapped) == len(lines) and all(len(row) <= width for text in wrapped for row in text.splitlines())
+        assert [" ".join(text.split()) for text in wrapped] == [" ".join(line.split()) for line in lines]
     assert explain.main(["--json", "NCCL_BUSBW_LOW"]) == 0
     entry = json.loads(capsys.readouterr().out)
-    assert entry["code"] == "NCCL_BUSBW_LOW" and set(entry) == {"code", "area", "meaning", "why", "fix"}
+    assert entry["code"] == "NCCL_BUSBW_LOW" and set(entry) == {"code", "area", "kind", "meaning", "why", "fix"}
+    assert entry["kind"] == "cost"
     assert explain.main(["--list", "--json"]) == 0
     assert len(json.loads(capsys.readouterr().out)) == len(catalogue())
 

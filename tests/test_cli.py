@@ -78,6 +78,32 @@ def test_help_lists_every_option():
         assert flag in result.stdout
 
 
+def test_help_shows_the_sub_commands_first_then_the_options_in_groups():
+    from preflight.cli import build_parser, subcommands
+
+    text = build_parser().format_help()
+    heads = [line for line in text.splitlines() if line and not line.startswith(" ") and line.endswith(":")]
+    assert heads == ["commands:", "options:", "run:", "the job's plan:", "reports:", "fleet:", "advanced:"]
+    assert all(f"\n  {name} " in text for name in subcommands())
+    order = ["commands:", "  rehearse ", "run:", "--cpu", "the job's plan:", "--model-params", "--ds-config",
+             "reports:", "--report-dir", "--junitxml", "fleet:", "--oneline", "advanced:", "--nvml-timeout"]
+    assert [text.index(part) for part in order] == sorted(text.index(part) for part in order)
+
+
+@pytest.mark.parametrize(("argv", "hint"), [
+    (["--nprocs", "3"], "unrecognized arguments: --nprocs 3; did you mean --nproc?"),
+    (["--repor-dir=out"], "did you mean --report-dir?"),
+    (["rehers", "--", "train.py"], "did you mean rehearse?"),
+    (["--zzzzzz"], "unrecognized arguments: --zzzzzz"),
+])
+def test_an_unknown_option_or_command_gets_the_closest_one(capsys, argv, hint):
+    from preflight.cli import main
+
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.strip().endswith(hint), err  # nothing close: no suggestion
+
+
 def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing_behind(tmp_path):
     out = tmp_path / "reports"
     started = time.monotonic()

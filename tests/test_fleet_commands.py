@@ -30,11 +30,25 @@ def test_a_saved_report_is_rendered_again_beside_the_json(tmp_path, capsys):
     data = make_report("gpu-node-7", [hung_ddp(), slow_p2p()], gpu_name=H100, gpus=8)
     validate_report(data)
     path = save(tmp_path, "preflight", data)
-    assert report.main([path]) == 0
+    assert report.main([path]) == 1  # the run's exit code: a script reading the last report sees NOT READY
     html = (tmp_path / "preflight.html").read_text()
     assert html.startswith("<!DOCTYPE html>") and "gpu-node-7" in html and "DDP_RANK_HUNG" in html
     assert html.index("DDP_RANK_HUNG") < html.index("All checks")
     assert capsys.readouterr().out.strip() == f"NOT READY  report: {tmp_path / 'preflight.html'}"
+
+
+def test_rendering_says_the_verdict_as_the_run_did_and_exits_with_its_code(tmp_path, capsys):
+    cpu = make_report("n", [ddp_check()])
+    cpu["run"]["cpu_rehearsal"] = True
+    assert report.main([save(tmp_path, "cpu", cpu)]) == 0
+    assert capsys.readouterr().out.startswith("READY (CPU rehearsal)  report: ")
+    strict = make_report("n", [ddp_check(), slow_p2p()])
+    strict["run"]["exit_code"] = 1  # DEGRADED under --strict
+    assert report.main([save(tmp_path, "strict", strict)]) == 1
+    assert capsys.readouterr().out.startswith("DEGRADED  report: ")
+    unknown = make_report("n", [hung_ddp()])
+    unknown["run"]["exit_code"] = None  # a run that ended before it knew its code: the verdict's
+    assert report.main([save(tmp_path, "unknown", unknown)]) == 1
 
 
 def test_out_chooses_the_html_file(tmp_path):

@@ -1,7 +1,9 @@
 """preflight's own terminal output, the recorded selection and what a partial or interrupted run says.
 
-The formatting functions are tested directly; two runs of the real command (a fast one without
-launches, one DDP launch on gloo) check the output's shape at 80 columns.
+The formatting functions are tested directly (the layout at 80 and 200 columns on the problems of a
+faulty 8-GPU node, the folding of per-GPU lines, the order of problems); runs of the real command (a
+fast one without launches, one DDP launch on gloo, and the faulty 8x H100 node: the real nvidia-ml-py
+over the fake NVML C library, with a toolkit mismatch) check the output's shape.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -22,12 +25,18 @@ from preflight.report.model import headline
 from preflight.report.oneline import format_oneline
 from preflight.report.selection import Selection
 from preflight.report.terminal import (
-    check_line,
+    GpuFold,
+    Layout,
+    check_lines,
     check_title,
+    clauses,
+    gpu_list,
+    gpu_reason,
+    layout,
     live_text,
     phase_line,
+    reason_lines,
     skip_lines,
-    title_column,
     verdict_block,
 )
 from preflight.report.validate import first_problem
@@ -69,7 +78,8 @@ def test_a_partial_run_says_how_much_it_covered_everywhere():
     report = partial(make_report("n1", [ddp_check()]), 1, 45)
     assert headline(report) == "READY: 1 of 45 checks selected"
     assert format_oneline(report) == "READY: 1 of 45 checks selected"
-    assert "<h1>READY: 1 of 45 checks selected</h1>" in render_html(report)
+    page = render_html(report)  # the heading is the verdict and its worst problem, the coverage beside it
+    assert "<h1>READY</h1>" in page and "· 1 of 45 checks selected (-k ddp)" in page
     block = verdict_block(report, written=[], width=80)
     assert block[-1] == "READY: 1 of 45 checks selected (-k ddp)"
 
@@ -99,31 +109,82 @@ def test_an_interrupted_run_names_the_interruption_not_a_warning_and_counts_what
 
 
 def test_titles_are_the_docstring_without_its_aside_and_keep_the_parameter():
-    assert check_title("There is an NVIDIA GPU for the job (or a CPU rehearsal)\n\nmore", "test_gpu") == \
-        "There is an NVIDIA GPU for the job"
-    assert check_title("ECC counters are clean.", "test_gpu_ecc[gpu3]") == "ECC counters are clean [gpu3]"
+    assert check_title("Is there an NVIDIA GPU for the job (or a CPU rehearsal)\n\nmore", "test_gpu") == \
+        "Is there an NVIDIA GPU for the job"
+    assert check_title("Is the GPU free of ECC errors?", "test_gpu_ecc[gpu3]") == "Is the GPU free of ECC errors? [gpu3]"
     assert check_title(None, "test_gpu_ecc") == "gpu ecc"
 
 
-@pytest.mark.parametrize("width", [40, 80, 132])
-def test_a_check_line_fits_the_width_and_keeps_the_status_word_first(width):
-    titles = ["A job started from this shell survives a dropped SSH connection", "Short"]
-    column = title_column(titles, width)
-    line = check_line("PASS", titles[0], "a job started from this shell survives " * 4, title_width=column,
-                      width=width)
-    assert len(line) <= width and line.startswith("PASS  A job") and line.endswith("...")
-    assert check_line("SKIP", "Short", "", title_width=column, width=width) == "SKIP  Short"
-    zero1 = check_line("SKIP", "A few training steps and a checkpoint round trip [zero1]", "not selected",
-                       title_width=30, width=width)
-    assert "... [zero1]" in zero1 and len(zero1) <= width  # the parameter survives a cut
+def test_every_check_title_is_a_question_that_no_status_contradicts():
+    """A title is the question the check answers, phrased so that yes is the healthy answer: it reads right
+    beside PASS, WARN, FAIL or SKIP ("PASS There is an NVIDIA GPU" under --cpu, "WARN No earlier training run
+    is still running" were statements one status contradicted)."""
+    import ast
+
+    titles = {}
+    for path in sorted((REPO_ROOT / "checks").glob("test_*.py")):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.FunctionDef) and node.name.startswith("test_"):
+                titles[node.name] = (ast.get_docstring(node) or "").splitlines()[0]
+    assert len(titles) >= 45
+    assert not [name for name, title in titles.items() if not title.endswith("?")], titles
+    assert not [title for title in titles.values() if title.split()[0] in ("No", "There", "The", "A")]
 
 
-def test_identical_skips_become_one_line_with_a_count():
+def test_clauses_end_at_punctuation_outside_parentheses_and_before_a_long_aside():
+    assert clauses("2 CPU cores (cgroup: 2) for 2 ranks: 1.0 cores per rank; fine, e.g. here. Next") == [
+        "2 CPU cores (cgroup: 2) for 2 ranks:", "1.0 cores per rank;", "fine,", "e.g. here.", "Next"]
+    assert clauses("8 GPU(s) (cuda0 = GPU 0 (00000000:18:00.0), cuda1 = GPU 1 (00000000:2A:00.0)) seen") == [
+        "8 GPU(s)", "(cuda0 = GPU 0 (00000000:18:00.0), cuda1 = GPU 1 (00000000:2A:00.0)) seen"]
+    assert clauses("toolkit CUDA 13.0 (V13.0.48) at /opt vs 12.8") == ["toolkit CUDA 13.0 (V13.0.48) at /opt vs 12.8"]
+
+
+def test_a_reason_keeps_whole_clauses_and_never_less_than_the_first():
+    reason = "peak all-reduce busbw 0.8 GB/s at 256 MiB on 2 ranks (gloo); no reference figure, so not judged"
+    assert reason_lines(reason, 200) == [reason]
+    assert reason_lines(reason, 66, lines=1) == ["peak all-reduce busbw 0.8 GB/s at 256 MiB on 2 ranks (gloo) ..."]
+    short = reason_lines(reason, 30, lines=1)
+    assert " ".join(short).startswith("peak all-reduce busbw 0.8 GB/s at 256 MiB on 2 ranks (gloo)")
+    assert short[-1].endswith("...") and all(len(line) <= 30 for line in short)
+
+
+def test_per_gpu_reasons_lose_the_gpus_own_name_and_fold_by_identical_result():
+    assert gpu_reason("GPU 2 (Fake NVIDIA H100 80GB HBM3, 00000000:3A:00.0): 2 uncorrectable ECC error(s)", 2) == \
+        "2 uncorrectable ECC error(s)"
+    assert gpu_reason("GPU 0 (NVIDIA H100, 00000000:18:00.0) answers every NVML query", 0) == "answers every NVML query"
+    assert gpu_reason("GPU12 NVIDIA A100 (sm_80) runs sm_80 kernels", 12) == "NVIDIA A100 (sm_80) runs sm_80 kernels"
+    assert gpu_reason("GPU 3 (x): fine", 2) == "GPU 3 (x): fine"
+    assert gpu_list([0, 1, 3, 4, 5, 6, 7]) == "gpu0-1,3-7" and gpu_list([5]) == "gpu5" and gpu_list([2, 0]) == "gpu0,2"
+    fold = GpuFold("Is the GPU free of uncorrectable ECC errors?")
+    for index in range(8):
+        bad = index == 2
+        fold.add(index, "FAIL" if bad else "PASS", f"GPU {index} (H100, 0000:{index}): " +
+                 ("2 uncorrectable ECC error(s) since the driver loaded" if bad else "no uncorrectable ECC errors"))
+    lines = fold.lines(Layout(200, 60))
+    assert [status for status, _ in lines] == ["PASS", "FAIL"]
+    assert lines[0][1].startswith("PASS  Is the GPU free of uncorrectable ECC errors? [gpu0-1,3-7]")
+    assert lines[1][1].endswith("2 uncorrectable ECC error(s) since the driver loaded")
+
+
+@pytest.mark.parametrize("width", [40, 80, 132, 200])
+def test_check_lines_fit_the_width_and_keep_the_status_word_first(width):
+    titles = ["Does a job started from this shell survive a dropped SSH connection?", "Short?"]
+    shape = layout(titles, width)
+    lines = check_lines("PASS", titles[0], "a job started from this shell survives, " * 8, shape)
+    assert all(len(line) <= width for line in lines) and lines[0].startswith("PASS  Does a job")
+    assert " ".join(lines).rstrip().endswith("...")
+    assert check_lines("SKIP", "Short?", "", shape) == ["SKIP  Short?"]
+    zero1 = check_lines("SKIP", "Do a few training steps and a checkpoint round trip work? [zero1]", "not selected",
+                        shape)
+    assert "[zero1]" in " ".join(zero1) and all(len(line) <= width for line in zero1)  # the parameter survives
+
+
+def test_identical_skips_become_one_entry_with_a_count():
     groups = {"no NVIDIA GPU visible: libnvidia-ml.so.1 not found": [f"check {n}" for n in range(30)],
-              "no DeepSpeed config given": ["The DeepSpeed config's batch arithmetic holds"]}
-    lines = skip_lines(groups, title_width=30, width=80)
+              "no DeepSpeed config given": ["Does the DeepSpeed config's batch arithmetic hold on the job's ranks?"]}
+    lines = skip_lines(groups, layout(["x" * 40], 80))
     assert lines[0] == "SKIP  30 checks: no NVIDIA GPU visible: libnvidia-ml.so.1 not found"
-    assert lines[1].startswith("SKIP  The DeepSpeed config's...") and "no DeepSpeed config given" in lines[1]
+    assert lines[1].startswith("SKIP  Does the DeepSpeed config's") and "no DeepSpeed config given" in lines[2]
 
 
 def test_the_verdict_block_lists_each_problem_with_its_fix_and_ends_with_the_verdict_once(tmp_path, monkeypatch):
@@ -206,7 +267,7 @@ def test_a_run_without_launches_prints_titles_grouped_skips_and_one_verdict(tmp_
     assert len(grouped) == 1  # every per-GPU check skips for the same reason on this machine
     skipped = sum(1 for c in report["checks"] if c["status"] == "SKIP")
     assert sum(1 for line in lines if line.startswith("SKIP  ")) < skipped
-    assert any(line.startswith("PASS  /dev/shm is large enough") for line in lines)
+    assert any(line.startswith("PASS  Is /dev/shm large enough") for line in lines)
 
 
 @pytest.mark.subprocess
@@ -217,7 +278,7 @@ def test_a_launch_shows_its_phases_then_the_check_and_the_verdict(tmp_path):
     phases = [line for line in lines if line.startswith("  > rehearsal: ")]
     assert phases and phases[-1].startswith("  > rehearsal: ddp (2 ranks, budget")  # not a TTY: one line a phase
     assert len(phases) == len(set(line.split(" at ")[0] for line in phases))
-    assert any(line.startswith("PASS  One DDP step on every rank") for line in lines)
+    assert any(line.startswith("PASS  Does one DDP step leave identical parameters") for line in lines)
     assert lines[-1] == (f"READY (CPU rehearsal): 1 of {report['run']['selection']['collected']} checks selected "
                          "(-k test_ddp_step)")
 
@@ -228,3 +289,107 @@ def test_verbose_keeps_pytests_reporter_and_says_the_verdict_once(tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     assert "::test_shared_memory" in result.stdout and " passed" in result.stdout
     assert sum("READY (CPU rehearsal)" in line for line in result.stdout.splitlines()) == 1
+
+
+# -- a faulty 8x H100 node: the order of problems and the layout, everywhere -----------------------------
+
+FAULTS = {"ecc_volatile": {"2": 2}, "remap_pending": [5], "remap_failed": [6]}
+FAULTY_WIDTHS = (80, 200)
+WORST = "GPU_ROW_REMAP_FAILED"  # GPU 6 needs replacing: the one fault no reset clears
+
+
+@pytest.fixture(scope="module")
+def faulty_node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``preflight --with deepspeed -m 'not distributed' --oneline`` on a fake 8x H100 SXM node (the real
+    nvidia-ml-py over the fake NVML C library, ``tests/fakes/nvml_profiles.py``) with an uncorrectable ECC
+    error on GPU 2, a pending row remap on GPU 5 and a failed one on GPU 6, a CUDA 13.0 toolkit for torch's
+    CUDA 12.8 (DeepSpeed's major-version refusal) and a captured ``nvidia-smi topo -m`` of an 8x H100 node;
+    run at 80 and at 200 columns, one after the other (a run sees another in progress and says so). The outputs
+    and the reports by width, and the HTML."""
+    from tests.toolkit_fakes import fake_tool, fake_toolkit, shared_fixtures_dir
+
+    root = tmp_path_factory.mktemp("faulty")
+    topo = shared_fixtures_dir() / "topo" / "8xH100-AWS-p5.48xlarge-NV18-no-NIC-columns-legend.txt"
+    if not topo.is_file():
+        pytest.skip(f"no shared topology capture at {topo}")
+    home = fake_toolkit(root / "cuda-13.0", "13.0")
+    fake_tool(root / "tools", "ninja", "1.11.1")
+    fake_tool(root / "tools", "c++", "c++ (GCC) 12.2.0")
+    fake_tool(root / "smi", "nvidia-smi", "")
+    (root / "smi" / "nvidia-smi").write_text(f"#!/bin/sh\ncat '{topo}'\n")
+    spec = {"torch": {"version": "2.5.1+cu128", "cuda": "12.8", "arch": "sm_80 sm_86 sm_90"},
+            "env": {"PATH": f"{home / 'bin'}{os.pathsep}{root / 'tools'}", "CUDA_HOME": str(home)},
+            "toolkit_glob": str(root / "cuda-*"), "deepspeed": {"version": "0.19.8"}}
+    (root / "node.json").write_text(json.dumps(spec))
+    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PREFLIGHT_FAKE_TOOLKIT": str(root / "node.json"),
+           "PATH": f"{root / 'smi'}{os.pathsep}{os.environ['PATH']}"}
+    out, reports = {}, {}
+    for width in FAULTY_WIDTHS:
+        argv = [sys.executable, "-m", "preflight", "--with", "deepspeed", "-m", "not distributed", "--oneline",
+                "--report-dir", str(root / f"reports{width}"), "--", "-p", "tests.fakes.nvml_plugin",
+                "--fake-nvml=8x-h100-sxm", f"--fake-nvml-faults={json.dumps(FAULTS)}", "-p", "tests.fakes.fake_toolkit"]
+        run = subprocess.run(argv, capture_output=True, text=True, cwd=root, env={**env, "COLUMNS": str(width)},
+                             timeout=300)
+        assert run.returncode == 1, run.stdout + run.stderr
+        out[width] = run.stdout
+        reports[width] = json.loads((root / f"reports{width}" / "preflight.json").read_text())
+        validate_report(reports[width])
+    return {"out": out, "reports": reports, "report": reports[80],
+            "html": (root / "reports80" / "preflight.html").read_text()}
+
+
+@pytest.mark.subprocess
+def test_on_a_faulty_node_the_first_problem_everywhere_is_the_worst_hardware_fault(faulty_node):
+    report = faulty_node["report"]
+    problems = report["problems"]
+    assert problems[0]["code"] == WORST and problems[0]["kind"] == "rma"
+    assert [p["code"] for p in problems[:3]] == [WORST, "GPU_ECC_UNCORRECTABLE", "GPU_ROW_REMAP_PENDING"]
+    kinds = ["rma", "hardware", "blocker", "cost", "note"]
+    assert [kinds.index(p["kind"]) for p in problems] == sorted(kinds.index(p["kind"]) for p in problems)
+    assert "DEEPSPEED_CUDA_MAJOR_MISMATCH" in [p["code"] for p in problems]
+    for width, text in faulty_node["out"].items():
+        lines = text.rstrip("\n").splitlines()
+        assert lines[-1].startswith(f"NOT READY: {WORST} (+"), lines[-1]  # --oneline
+        block = lines[lines.index("=" * 80):]
+        shown = [line.split()[1] for line in block if line.split()[:1] in (["FAIL"], ["WARN"], ["ERROR"])]
+        assert shown == [p["code"] for p in faulty_node["reports"][width]["problems"]], (width, shown)
+    page = faulty_node["html"]
+    assert f"<h1>NOT READY: {WORST}</h1>" in page
+    first = page.index('<div class="problem ')
+    assert page.index(WORST, first) < page.index("GPU_ECC_UNCORRECTABLE", first) < page.index(
+        "DEEPSPEED_CUDA_MAJOR_MISMATCH", first)
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("width", FAULTY_WIDTHS)
+def test_on_a_faulty_node_no_reason_is_cut_before_its_first_clause(faulty_node, width):
+    text = faulty_node["out"][width]
+    lines = text.rstrip("\n").splitlines()
+    assert all(len(line) <= width for line in lines), [line for line in lines if len(line) > width]
+    checks = lines[: lines.index("=" * 80)]
+    flat = " ".join(" ".join(checks).split())
+    missing = []
+    for check in faulty_node["reports"][width]["checks"]:
+        reason = check["summary"]
+        index = (check.get("gpu") or {}).get("index")
+        if index is not None:
+            reason = gpu_reason(reason, index)
+        first = clauses(reason)[0].rstrip(" ;:,")
+        if first not in flat:
+            missing.append((check["id"], first))
+    assert not missing, missing
+    # per-GPU results fold: one line for the seven healthy GPUs, the fault in its own words on its own
+    assert any("Is the GPU free of uncorrectable ECC errors? [gpu0-1,3-7]" in line for line in checks)
+    faulty = next(i for i, line in enumerate(checks) if line.startswith("FAIL") and "ECC errors? [gpu2]" in line)
+    assert "2 uncorrectable ECC error(s) since the driver loaded" in " ".join(" ".join(checks[faulty:faulty + 3]).split())
+    per_gpu = sum(1 for c in faulty_node["report"]["checks"] if c.get("gpu"))
+    assert per_gpu >= 64 and sum(1 for line in checks if "[gpu" in line) < 20
+
+
+@pytest.mark.subprocess
+def test_no_reason_or_fix_names_a_test(faulty_node):
+    import re
+
+    named = [(c["id"], text) for c in faulty_node["report"]["checks"]
+             for text in (c["summary"], c.get("remediation") or "") if re.search(r"\btest_[a-z]", text)]
+    assert not named, named

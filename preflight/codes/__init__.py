@@ -4,24 +4,75 @@ Codes are stable names for problems (``GPU_ECC_UNCORRECTABLE``); a report, the J
 one-line status carry them, and ``preflight explain CODE`` prints the entry. The entries live in
 one module per area (``preflight/codes/<area>.py``, each a ``CODES`` tuple); a test scans the
 judges' source and fails when a code is used that has no entry, or an entry no code uses.
+
+Every entry has a :class:`Kind`, and problems are listed by it everywhere (the terminal, ``--oneline``,
+the HTML, the JSON's ``problems``): what needs the hardware replaced, then other hardware faults, then
+what stops the job, then what it costs, each group worst status first. How to classify a new code:
+
+- ``RMA``: the hardware is broken for good and only replacing it helps (a failed row remap).
+- ``HARDWARE``: a fault of the GPUs, their memory or their links that a reset, a reboot or a reseat may
+  clear, or hardware seen computing or copying wrongly (ECC errors, a pending remap, an NVLink down).
+- ``BLOCKER``: the job cannot start, or cannot be trusted to run correctly, on this node as it is set up
+  (software, configuration, the environment, the job's own plan), or a check could not decide.
+- ``COST``: the job runs, but pays in time or money (slow links, a small /dev/shm, a session that dies
+  with SSH).
+- ``NOTE``: a fact that costs nothing; it shows in a finding's table, never as a problem of its own.
+
+An entry without a kind counts as ``BLOCKER`` (the middle of the order) and ``tests/test_catalogue.py``
+names it until it is classified.
 """
 
 from __future__ import annotations
 
 import difflib
+import enum
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+
+class Kind(str, enum.Enum):
+    """What a problem is, in the order problems are listed (the module docstring says how to choose)."""
+
+    RMA = "rma"
+    HARDWARE = "hardware"
+    BLOCKER = "blocker"
+    COST = "cost"
+    NOTE = "note"
+
+    @property
+    def rank(self) -> int:
+        """0 for what must be listed first (RMA) up to NOTE."""
+        return list(Kind).index(self)
+
+    @property
+    def label(self) -> str:
+        """How the catalogue names the class: ``replace the hardware``, ``stops the job``, ..."""
+        return _KIND_LABELS[self]
+
+
+_KIND_LABELS = {Kind.RMA: "replace the hardware", Kind.HARDWARE: "hardware fault", Kind.BLOCKER: "stops the job",
+                Kind.COST: "costs the job", Kind.NOTE: "note"}
+DEFAULT_KIND = Kind.BLOCKER
+"""The class of an entry not yet classified, and of a code the catalogue does not know."""
 
 
 @dataclass(frozen=True, slots=True)
 class Code:
     """One catalogue entry. ``meaning``: what preflight saw; ``why``: what it does to the training job;
-    ``fix``: what to do. The report's own remediation fills in the node's ids; this is the general form."""
+    ``fix``: what to do. The report's own remediation fills in the node's ids; this is the general form.
+    ``kind``: where its problems are listed (None: not classified yet, listed as :data:`DEFAULT_KIND`)."""
 
     code: str
     meaning: str
     why: str
     fix: str
+    kind: Kind | None = None
+
+    @property
+    def problem_kind(self) -> Kind:
+        """The kind the order of problems uses."""
+        return self.kind or DEFAULT_KIND
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +92,11 @@ def areas() -> tuple[Area, ...]:
 
 def catalogue() -> dict[str, tuple[Area, Code]]:
     """CODE -> (its area, its entry). A code listed twice is a bug in the data: it raises."""
+    return dict(_catalogue())
+
+
+@functools.cache
+def _catalogue() -> dict[str, tuple[Area, Code]]:
     out: dict[str, tuple[Area, Code]] = {}
     for area in areas():
         for entry in area.codes:
@@ -52,7 +108,7 @@ def catalogue() -> dict[str, tuple[Area, Code]]:
 
 def lookup(code: str) -> Code | None:
     """The entry for ``code`` (case and surrounding spaces ignored), or None."""
-    found = catalogue().get(code.strip().upper().replace("-", "_"))
+    found = _catalogue().get(code.strip().upper().replace("-", "_"))
     return found[1] if found else None
 
 
@@ -63,6 +119,12 @@ def close_matches(code: str, limit: int = 3) -> list[str]:
     near = difflib.get_close_matches(wanted, names, n=limit, cutoff=0.6)
     contains = [name for name in names if wanted and wanted in name and name not in near] if len(wanted) >= 3 else []
     return (contains + near)[:limit] if contains else near
+
+
+def kind_of(code: str | None) -> Kind:
+    """The class of a report's code; a code without an entry (or none) counts as :data:`DEFAULT_KIND`."""
+    entry = lookup(code) if code else None
+    return entry.problem_kind if entry is not None else DEFAULT_KIND
 
 
 def iter_codes() -> Iterator[tuple[Area, Code]]:

@@ -7,7 +7,7 @@ here they are expanded over the same names, so every concrete code has its entry
 
 from __future__ import annotations
 
-from preflight.codes import Code
+from preflight.codes import Code, Kind
 from preflight.judge.strategies import STRATEGIES, TITLES
 
 AREA = "Rehearsal launches, preflight rehearse and the run"
@@ -25,11 +25,11 @@ def _launch(name: str) -> tuple[Code, ...]:
              "waited).",
              f"A {title} job on this node hangs the same way: every rank waits in a collective until the NCCL "
              "timeout, and nothing is trained.",
-             _HANG_FIX),
+             _HANG_FIX, kind=Kind.BLOCKER),
         Code(f"{prefix}_RANK_CRASHED",
              f"In the {title} rehearsal a rank exited with an error (its message and log tail are in the evidence).",
              f"The real {title} job crashes the same way at start; its peers are stopped after it.",
-             "Read the named rank's log tail and fix the error it shows before starting the job."),
+             "Read the named rank's log tail and fix the error it shows before starting the job.", kind=Kind.BLOCKER),
     )
 
 
@@ -43,50 +43,52 @@ def _strategy(name: str) -> tuple[Code, ...]:
         Code(f"{prefix}_CHECKPOINT_SAVE_HUNG",
              f"In the {title} rehearsal the checkpoint save never completed on some ranks.",
              "Saves are collectives: a job that saves like this hangs at its first checkpoint, every rank waiting "
-             "until the process-group timeout.", save_fix),
+             "until the process-group timeout.", save_fix, kind=Kind.BLOCKER),
         Code(f"{prefix}_CHECKPOINT_LOAD_HUNG",
              f"In the {title} rehearsal loading the checkpoint back never completed on some ranks.",
-             "A resume after a crash or a preemption would hang in the same place.", save_fix),
+             "A resume after a crash or a preemption would hang in the same place.", save_fix, kind=Kind.BLOCKER),
         Code(f"{prefix}_OP_BUILD_FAILED",
              f"In the {title} rehearsal a JIT-built op (DeepSpeed's ops, a torch C++/CUDA extension) failed to "
              "compile; the compiler's message is quoted.",
              "The job builds the same op at its first step and stops there.",
              "Install the CUDA toolkit matching torch.version.cuda (see the toolkit checks), ninja and g++, or "
-             "install DeepSpeed with its ops pre-built (DS_BUILD_OPS=1 pip install deepspeed)."),
+             "install DeepSpeed with its ops pre-built (DS_BUILD_OPS=1 pip install deepspeed).", kind=Kind.BLOCKER),
         Code(f"{prefix}_OP_BUILD_UNFINISHED",
              f"In the {title} rehearsal ranks were still loading (JIT-building) DeepSpeed's ops when the launch hit "
              "its deadline: a slow op build, not a hung rank.",
              "A job on a fresh node spends the same minutes compiling at its first step.",
              "Run preflight again (the build is cached), raise --launch-timeout, or install DeepSpeed with its ops "
-             "pre-built."),
+             "pre-built.", kind=Kind.COST),
         Code(f"{prefix}_LOSS_NOT_FINITE",
              f"In the {title} rehearsal the loss of a tiny model became NaN or Inf.",
              "A tiny model on a fixed batch must learn: a non-finite loss points at a faulty GPU, a broken reduction "
              "or wrong mixed-precision settings, which would ruin the real run.",
-             "Run the GPU checks and `dcgmi diag -r 2` on the named ranks' GPUs."),
+             "Run the GPU checks and `dcgmi diag -r 2` on the named ranks' GPUs.", kind=Kind.BLOCKER),
         Code(f"{prefix}_LOSS_NOT_DECREASING",
              f"In the {title} rehearsal the loss did not fall over a few steps on a fixed batch.",
              "The optimizer's updates are not reaching the parameters correctly: the real job would not learn.",
-             "As for the loss not finite: run the GPU checks and `dcgmi diag -r 2`; check the precision settings."),
+             "As for the loss not finite: run the GPU checks and `dcgmi diag -r 2`; check the precision settings.",
+             kind=Kind.BLOCKER),
         Code(f"{prefix}_RANKS_DIVERGED",
              f"In the {title} rehearsal ranks disagree with rank 0 where they must agree (global loss, probe loss, "
              "gathered parameters).",
              "Replicas drift apart silently: a faulty GPU, link or NCCL setup corrupts the collectives.",
-             "Run the NCCL checks and `dcgmi diag` on the named rank's GPU."),
+             "Run the NCCL checks and `dcgmi diag` on the named rank's GPU.", kind=Kind.BLOCKER),
         Code(f"{prefix}_CHECKPOINT_UNAVAILABLE",
              f"The {title} steps passed but no checkpoint round trip was possible (the reason is quoted).",
              "The job's way of saving cannot be trusted on this node until it is known to work.",
-             "Read the reason; check the checkpoint directory's filesystem and the torch/DeepSpeed versions."),
+             "Read the reason; check the checkpoint directory's filesystem and the torch/DeepSpeed versions.",
+             kind=Kind.BLOCKER),
         Code(f"{prefix}_CHECKPOINT_NEEDS_NUMPY",
              f"The {title} checkpoint round trip could not run because numpy is missing in the job's environment.",
              "torch.distributed.checkpoint and every *_object collective convert through numpy: the job's first "
              "checkpoint save would crash.",
-             "`pip install numpy` in the job's environment."),
+             "`pip install numpy` in the job's environment.", kind=Kind.BLOCKER),
         Code(f"{prefix}_CHECKPOINT_MISMATCH",
              f"The {title} checkpoint loaded back differs from the one saved (tensors or the probe loss).",
              "A resume would continue from corrupted state.",
              "Check the checkpoint directory's filesystem (a network mount caching stale data, a full disk) and that "
-             "the versions that save and load agree."),
+             "the versions that save and load agree.", kind=Kind.BLOCKER),
     )
 
 
@@ -97,81 +99,84 @@ CODES = (
          "Ranks sharing a GPU share its memory and compute (out-of-memory, a fraction of the speed), and NCCL "
          "refuses duplicate GPUs in one communicator.",
          "Each rank must call torch.cuda.set_device(LOCAL_RANK); check CUDA_VISIBLE_DEVICES is not narrowed per rank "
-         "to the same GPU."),
+         "to the same GPU.", kind=Kind.BLOCKER),
     Code("DDP_LOSS_NOT_FINITE",
          "In the DDP rehearsal the loss of a tiny fp32 model is NaN or Inf on some ranks.",
          "On a tiny fp32 model this points at a faulty GPU or driver that would ruin the real run.",
-         "Run the GPU checks and `dcgmi diag -r 2` on the named rank's GPU."),
+         "Run the GPU checks and `dcgmi diag -r 2` on the named rank's GPU.", kind=Kind.BLOCKER),
     Code("DDP_PARAMS_DIVERGED",
          "After one DDP step the parameters differ between ranks.",
          "DDP replicas must stay bit-identical; a rank whose all-reduce returns other data corrupts training "
          "silently.",
-         "Run the NCCL checks and `dcgmi diag` on the named rank's GPU."),
+         "Run the NCCL checks and `dcgmi diag` on the named rank's GPU.", kind=Kind.BLOCKER),
     *(code for name in STRATEGIES[1:] for code in (*_launch(name), *_strategy(name))),
     Code("REHEARSAL_CRASHED",
          "`preflight rehearse`: a rank of the user's script raised or exited with an error.",
          "The real job crashes the same way; the other ranks stop after it.",
          "The first failing rank's traceback is in the evidence and its log under the report directory: fix that "
-         "error and rehearse again."),
+         "error and rehearse again.", kind=Kind.BLOCKER),
     Code("REHEARSAL_OOM",
          "`preflight rehearse`: a rank of the user's script ran out of memory (CUDA, the CPU allocator, or the "
          "kernel's OOM killer).",
          "The real job runs out of memory at the same step.",
          "Lower the per-GPU (micro) batch, turn on activation checkpointing, train in bf16 or shard the state "
-         "(FSDP, ZeRO-2/3); `preflight size` shows what fits."),
+         "(FSDP, ZeRO-2/3); `preflight size` shows what fits.", kind=Kind.BLOCKER),
     Code("REHEARSAL_HUNG",
          "`preflight rehearse`: ranks stopped making steps (the rank the others wait for is named with its stack).",
          "The real job hangs at the same place until the NCCL timeout.",
          "Usual causes: a collective only some ranks call (under `if rank == 0`), uneven batches across ranks, a "
-         "rank blocked in I/O; give init_process_group a timeout= so the job fails instead of hanging."),
+         "rank blocked in I/O; give init_process_group a timeout= so the job fails instead of hanging.",
+         kind=Kind.BLOCKER),
     Code("REHEARSAL_FIRST_COLLECTIVE_HUNG",
          "`preflight rehearse`: the process group came up but the first collective never completed on any rank.",
          "The link between the ranks is the suspect, not the script: no job can train here until it works.",
-         "Run `preflight -k 'nccl or p2p or ddp'` to test NCCL, peer-to-peer and a DDP step on this node."),
+         "Run `preflight -k 'nccl or p2p or ddp'` to test NCCL, peer-to-peer and a DDP step on this node.",
+         kind=Kind.BLOCKER),
     Code("REHEARSAL_NO_STEP",
          "`preflight rehearse`: no torch.optim optimizer stepped before the deadline (or the script ended without "
          "one).",
          "The rehearsal has nothing to measure; a JIT build or slow data loading still running at the deadline "
          "delays the real job's start the same way.",
          "Raise --timeout (the first JIT build takes minutes and is cached), check the loop calls optimizer.step() "
-         "on a torch.optim.Optimizer."),
+         "on a torch.optim.Optimizer.", kind=Kind.BLOCKER),
     Code("REHEARSAL_DEADLINE",
          "`preflight rehearse`: fewer steps than asked ran within the deadline.",
          "The figures rest on those steps only and are less certain.",
-         "Raise --timeout (seconds per size) or ask for fewer --steps."),
+         "Raise --timeout (seconds per size) or ask for fewer --steps.", kind=Kind.COST),
     Code("REHEARSAL_ENDED_EARLY",
          "`preflight rehearse`: the script ended before the rehearsal's steps.",
          "The step time rests on fewer intervals (or on the first step only).",
          "Give the script a longer run for the rehearsal (it can read PREFLIGHT_REHEARSAL=1), or ask for fewer "
-         "--warmup/--steps."),
+         "--warmup/--steps.", kind=Kind.COST),
     Code("REHEARSAL_INTERRUPTED",
          "`preflight rehearse`: preflight or torchrun went away while the script ran (the check cannot decide).",
          "Nothing is known about this size.",
-         "Run the rehearsal again without interrupting it."),
+         "Run the rehearsal again without interrupting it.", kind=Kind.BLOCKER),
     Code("REHEARSAL_SCALING_LOW",
          "`preflight rehearse`: more ranks give less than 80% of linear throughput against the smallest size.",
          "GPUs paid for are waiting (on communication, data or the host) instead of training.",
          "The summary names the likely cause from the communication model: overlap communication, accumulate "
-         "gradients, shard less, or use fewer GPUs."),
+         "gradients, shard less, or use fewer GPUs.", kind=Kind.COST),
     Code("RUN_DEADLINE",
          "The run's --timeout stopped a launch, or a phase never started, within its budget (the check cannot "
          "decide).",
          "The node was not tested there: neither a pass nor the node's fault.",
-         "Raise --timeout, or run fewer checks (-k / -m) so the launch fits."),
+         "Raise --timeout, or run fewer checks (-k / -m) so the launch fits.", kind=Kind.BLOCKER),
     Code("RUN_INTERRUPTED",
          "The run was interrupted (Ctrl-C, a signal) before every check ran; shown in the one-line status.",
          "The checks that did not run say nothing about the node.",
-         "Run preflight again to the end."),
+         "Run preflight again to the end.", kind=Kind.BLOCKER),
     Code("CHECK_ERROR",
          "A check could not decide: a probe failed or did not answer (the summary says which).",
          "Something the job depends on is unknown, so the node is not called ready.",
-         "Read the summary and evidence; fix what could not be read (permissions, a hung command) and run again."),
+         "Read the summary and evidence; fix what could not be read (permissions, a hung command) and run again.",
+         kind=Kind.BLOCKER),
     Code("CHECK_CRASHED",
          "A check itself raised an exception (a bug in preflight or in a test plugin, or a setup that failed).",
          "That part of the node was not judged.",
-         "Read the traceback in the evidence and report it with the report attached."),
+         "Read the traceback in the evidence and report it with the report attached.", kind=Kind.BLOCKER),
     Code("CHECK_ASSERTION",
          "A check's plain `assert` failed (checks written as pytest tests can assert directly).",
          "What the assertion guards is not true on this node.",
-         "Read the check's evidence; the assertion message says what was expected."),
+         "Read the check's evidence; the assertion message says what was expected.", kind=Kind.BLOCKER),
 )

@@ -1,9 +1,11 @@
 """``preflight explain CODE [CODE ...]``: what a verdict code means, why it matters, and the fix.
 
 For the person reading ``NOT READY: GPU_ROW_REMAP_PENDING`` in a scheduler's drain reason, a CI
-log or the JUnit view, without the HTML at hand. ``--list`` prints every code with its meaning,
-``--json`` the entries as JSON, ``--markdown`` the catalogue page (``docs/codes.md``). An unknown
-code is one line naming the closest known codes, exit 2.
+log or the JUnit view, without the HTML at hand. ``--list`` prints every code with its meaning
+(whole: one line a code when piped, for ``grep``; wrapped under the code on a terminal), ``--json``
+the entries as JSON, ``--markdown`` the catalogue page (``docs/codes.md``). Each entry names its
+class (``replace the hardware``, ``stops the job``, ...: where its problems are listed). An unknown code
+is one line naming the closest known codes, exit 2.
 """
 
 from __future__ import annotations
@@ -42,14 +44,29 @@ def _width() -> int:
 
 def describe(entry: Code, area: str, width: int) -> Iterator[str]:
     """The entry as the terminal shows it: the code, then what / why / fix wrapped under a label."""
-    yield f"{entry.code}  ({area})"
+    yield f"{entry.code}  ({area}; {entry.problem_kind.label})"
     for label, text in (("what", entry.meaning), ("why", entry.why), ("fix", entry.fix)):
         yield textwrap.fill(text, width=width, initial_indent=f"  {label + ':':<6}", subsequent_indent=" " * 8,
                             break_on_hyphens=False, break_long_words=False)
 
 
 def _as_json(entry: Code, area: str) -> dict[str, str]:
-    return {"code": entry.code, "area": area, "meaning": entry.meaning, "why": entry.why, "fix": entry.fix}
+    return {"code": entry.code, "area": area, "kind": entry.problem_kind.value, "meaning": entry.meaning,
+            "why": entry.why, "fix": entry.fix}
+
+
+def list_lines(width: int | None) -> list[str]:
+    """``--list``: every code and its whole meaning, aligned; wrapped within ``width`` (a terminal), or one
+    line a code when ``width`` is None (a pipe: nothing is cut, every line greps)."""
+    column = max(len(code) for code in catalogue()) + 2
+    if width is None:
+        return [f"{entry.code:<{column}}{entry.meaning}" for _, entry in iter_codes()]
+    if width - column < 40:  # a narrow terminal: each meaning under its code
+        return [entry.code + "\n" + textwrap.fill(entry.meaning, width=width, initial_indent="    ",
+                                                  subsequent_indent="    ", break_on_hyphens=False)
+                for _, entry in iter_codes()]
+    return [textwrap.fill(entry.meaning, width=width, initial_indent=f"{entry.code:<{column}}",
+                          subsequent_indent=" " * column, break_on_hyphens=False) for _, entry in iter_codes()]
 
 
 def _unknown(code: str) -> UsageError:
@@ -65,9 +82,7 @@ def _output(args: argparse.Namespace) -> list[str]:
     if args.list:
         if args.json:
             return [json.dumps([_as_json(entry, area.title) for area, entry in iter_codes()], indent=2)]
-        room = max(20, width - 2 - max(len(code) for code in catalogue()))
-        return [f"{entry.code:<{width - room - 2}}  {textwrap.shorten(entry.meaning, room, placeholder='...')}"
-                for _, entry in iter_codes()]
+        return list_lines(width if sys.stdout.isatty() else None)
     if not args.codes:
         raise UsageError("name a code to explain (e.g. preflight explain NCCL_BUSBW_LOW), or --list")
     known = catalogue()

@@ -1,17 +1,20 @@
 """``preflight report REPORT.json [--out FILE] [--oneline]``: re-render a saved JSON report.
 
 For a support engineer who received only ``preflight.json``: writes the HTML the run would have
-written (default: beside the JSON, ``.html`` instead of ``.json``). ``--oneline`` prints the run's
-status in at most 80 characters instead and exits like the run did (0 ready or degraded, 1 not
-ready), which is what a health daemon reading the last report needs. ``-`` reads the report from
-stdin. A file that is not a preflight report (checked against the shipped schema first), or one
-of an unknown schema version, is refused in one line with exit code 2.
+written (default: beside the JSON, ``.html`` instead of ``.json``) and says the verdict as the run
+said it (``READY (CPU rehearsal)``, the selection of a partial run). ``--oneline`` prints the run's
+status in at most 80 characters instead. Either way it exits like the run did (the run's own exit code,
+``--strict`` included; else 0 ready or degraded, 1 not ready), which is what a health daemon or a
+script reading the last report needs. ``-`` reads the report from stdin. A file that is not a
+preflight report (checked against the shipped schema first), or one of an unknown schema version, is
+refused in one line with exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
@@ -19,6 +22,7 @@ from preflight.errors import EXIT_NOT_READY, EXIT_OK, UsageError
 from preflight.inputs import STDIN, shown
 from preflight.options import UsageParser
 from preflight.report.html import render_html
+from preflight.report.model import headline
 from preflight.report.oneline import format_oneline
 from preflight.report.saved import UnreadableReport, load_report
 from preflight.report.writer import write_atomic
@@ -29,9 +33,18 @@ def build_parser() -> argparse.ArgumentParser:
                      "its one-line status.")
     parser.add_argument("report", metavar="REPORT.json", help="a preflight.json written by preflight ('-' = stdin)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="HTML file to write (default: REPORT.html beside it)")
-    parser.add_argument("--oneline", action="store_true", help="print the status in at most 80 characters and exit "
-                        "with the run's exit code (0 ready or degraded, 1 not ready) instead of writing HTML")
+    parser.add_argument("--oneline", action="store_true", help="print the status in at most 80 characters instead of "
+                        "writing HTML")
+    parser.epilog = "Exits with the run's exit code (0 ready or degraded, 1 not ready or degraded with --strict)."
     return parser
+
+
+def exit_code(report: dict[str, Any]) -> int:
+    """The exit code the run had (``run.exit_code``), or the verdict's when the report does not say."""
+    recorded = (report.get("run") or {}).get("exit_code")
+    if isinstance(recorded, int) and not isinstance(recorded, bool):
+        return recorded
+    return EXIT_NOT_READY if report.get("verdict") == "NOT READY" else EXIT_OK
 
 
 def main(argv: list[str]) -> int:
@@ -42,7 +55,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(str(exc)) from None
     if args.oneline:
         print(format_oneline(report))
-        return EXIT_NOT_READY if report["verdict"] == "NOT READY" else int(report["run"].get("exit_code") or EXIT_OK)
+        return exit_code(report)
     if args.out is None and args.report == STDIN:
         raise UsageError("a report read from standard input needs --out FILE (or --oneline)")
     out = args.out or Path(args.report).with_suffix(".html")
@@ -59,5 +72,5 @@ def main(argv: list[str]) -> int:
         write_atomic(out, html)
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    print(f"{report['verdict']}  report: {shown(str(out))}")
-    return EXIT_OK
+    print(f"{headline(report)}  report: {shown(str(out))}")
+    return exit_code(report)

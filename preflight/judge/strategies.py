@@ -89,12 +89,12 @@ def rehearsal_pointer(strategy: str | None, selected: Iterable[str], fitting: It
     title = TITLES[strategy]
     if strategy in chosen:
         what = "one step on every rank" if strategy == "ddp" else "a few steps and a checkpoint round trip"
-        return f"{title} is rehearsed in this run by {CHECK_IDS[strategy]} ({what})."
+        return f"{title} is rehearsed in this run ({what})."
     needs = " (needs DeepSpeed)" if strategy in ZERO_STRATEGIES else ""
     pointer = f"{title} is not rehearsed in this run: add --strategy {strategy}{needs} to run a tiny step with it."
     also = [name for name in fitting if name in chosen and name != strategy and name in TITLES]
     if also:
-        pointer += f" {TITLES[also[0]]}, which also fits, is rehearsed by {CHECK_IDS[also[0]]}."
+        pointer += f" {TITLES[also[0]]}, which also fits, is rehearsed in this run."
     return pointer
 
 

@@ -27,7 +27,7 @@ from preflight.probe.node import node_facts
 from preflight.report.facts import gathered_facts, gathered_sections
 from preflight.report import junit
 from preflight.report.html import render_html
-from preflight.report.model import CheckResult, RunRecord, build_report, headline
+from preflight.report.model import CheckResult, RunRecord, build_report, headline, problems
 from preflight.report.ownership import DirectoryInUse, ReportDirectory
 from preflight.report.redact import redact_files, redact_obj, report_environment
 from preflight.report.selection import Selection
@@ -286,10 +286,10 @@ class ReportCollector:
         if report is None:
             return
         tw = terminalreporter
-        problems = [c for c in report["checks"] if c["status"] in ("FAIL", "ERROR", "WARN")]
-        if problems:
+        found = problems(report)
+        if found:
             tw.section("preflight: problems", sep="=", bold=True)
-            for check in sorted(problems, key=lambda c: ("FAIL", "ERROR", "WARN").index(c["status"])):
+            for check in found:
                 colour = {"FAIL": {"red": True}, "ERROR": {"purple": True}, "WARN": {"yellow": True}}[check["status"]]
                 tw.line(f"{check['status']:5} {check['code'] or ''} {check['id']}", bold=True, **colour)
                 tw.line(f"      {check['summary']}")

@@ -18,6 +18,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import preflight
+from preflight import outcome
+from preflight.report.model import problems as ordered_problems
 
 FLEET_SCHEMA_VERSION = "1.0"
 BANDWIDTH_UNIT = "GB/s"
@@ -26,7 +28,7 @@ LOW_FRACTION = 0.8
 MAD_K = 3.0
 MAD_SCALE = 1.4826
 MAD_FLOOR_FRACTION = 0.9
-PROBLEM_STATUSES = ("FAIL", "ERROR", "WARN")
+PROBLEM_STATUSES = tuple(status.value for status in outcome.PROBLEM_STATUSES)
 RULE = (f"per GPU kind and bandwidth metric, with at least {MIN_PEERS} nodes: a node is an outlier when its value "
         f"is below {LOW_FRACTION:.0%} of the median, or below median - {MAD_K:g} x MAD (MAD x {MAD_SCALE}) and "
         f"below {MAD_FLOOR_FRACTION:.0%} of the median")
@@ -116,9 +118,7 @@ def node_row(node: NodeReport, suspect_for: list[str]) -> dict[str, Any]:
     """One row of the fleet table."""
     report = node.report
     problems = [{"check": c["id"], "title": c.get("title", c["id"]), "status": c["status"], "code": c.get("code"),
-                 "summary": c.get("summary", "")}
-                for c in report.get("checks", []) if c.get("status") in PROBLEM_STATUSES]
-    problems.sort(key=lambda p: PROBLEM_STATUSES.index(p["status"]))
+                 "summary": c.get("summary", "")} for c in ordered_problems(report)]
     facts = report.get("node", {})
     return {"name": node.name, "source": node.source, "hostname": facts.get("hostname"), "verdict": report["verdict"],
             "exit_code": report.get("run", {}).get("exit_code"), "started_at": report.get("run", {}).get("started_at"),

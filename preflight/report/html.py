@@ -1,11 +1,15 @@
 """The HTML report: a view of the JSON report, one self-contained file, readable offline with
 JavaScript off. Every value is escaped (autoescape on explicitly), and a Content-Security-Policy
-forbids loading anything. Folds are ``<details>``; the narrow layout is CSS media queries."""
+forbids loading anything. Folds are ``<details>``; the narrow layout is CSS media queries.
+
+The page leads with the verdict and the worst problem (the one order of problems,
+``report.model.problems``), then every problem with its fix, then the GPUs with their health."""
 
 from __future__ import annotations
 
 import re
 from collections import Counter
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -13,12 +17,13 @@ from typing import Any
 import jinja2
 from markupsafe import Markup, escape
 
-from preflight.report.model import headline as verdict_headline
+from preflight.codes import kind_of
+from preflight.report.model import is_problem, leading_problem, problems, status_rank, verdict_label
+from preflight.report.selection import selection_flags, selection_note
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
-STATUS_ORDER = {"FAIL": 0, "ERROR": 1, "WARN": 2, "SKIP": 3, "PASS": 4}
-PROBLEM_STATUSES = ("FAIL", "ERROR", "WARN")
+_BREAK_AFTER = re.compile(r"([_/.=,:])(?=\w)")
 _IDENTIFIER = re.compile(r"[a-z][a-z0-9_]*")
 _BACKTICKED = re.compile(r"`([^`\n]+)`")
 _ACRONYMS = {word.lower(): word for word in ("OS", "CPU", "CUDA", "HIP", "NCCL", "GPU", "GPUs", "MIG", "ECC", "PCI",
@@ -49,6 +54,8 @@ def format_value(value: Any) -> str:
         return f"{value:.4g}" if abs(value) < 1000 else f"{value:,.1f}"
     if isinstance(value, list):
         return ", ".join(format_value(item) for item in value) or "—"
+    if isinstance(value, dict) and not value:
+        return "—"
     return str(value)
 
 
@@ -84,6 +91,13 @@ def label(key: str) -> str:
     return text[:1].upper() + text[1:]
 
 
+def breakable(text: Any) -> Markup:
+    """Escape ``text`` and let it wrap after ``_ / . = , :`` (``CUDA_VISIBLE_DEVICES``, a path) instead of
+    anywhere: keys and values break between their words, never inside one."""
+    escaped = str(escape("" if text is None else text))
+    return Markup(_BREAK_AFTER.sub(r"\1<wbr>", escaped))
+
+
 def inline_code(text: Any) -> Markup:
     """Escape ``text``, then show each ```backticked``` part as ``<code>``: fixes read as commands."""
     escaped = str(escape("" if text is None else text))
@@ -107,15 +121,48 @@ def _link(value: Any) -> str:
     return "—"
 
 
-def gpu_rows(gpus: list[dict[str, Any]]) -> list[dict[str, str]]:
-    """The GPU inventory as display rows: readable columns, units in the values."""
+@dataclass(frozen=True, slots=True)
+class GpuHealth:
+    """What the per-GPU checks found on one GPU: its worst status and the codes of its problems, worst
+    first (``status`` is ``OK`` when every check passed or skipped)."""
+
+    status: str
+    codes: tuple[str, ...]
+
+    @property
+    def faulty(self) -> bool:
+        return bool(self.codes)
+
+
+def gpu_health(checks: list[dict[str, Any]]) -> dict[int, GpuHealth]:
+    """GPU index (NVML) -> its health, from the checks that name the GPU (``gpu`` in the report)."""
+    found: dict[int, list[dict[str, Any]]] = {}
+    for check in checks:
+        gpu = check.get("gpu")
+        if isinstance(gpu, dict) and isinstance(gpu.get("index"), int):
+            found.setdefault(gpu["index"], []).append(check)
+    health = {}
+    for index, mine in found.items():
+        bad = problems(mine)
+        codes = tuple(dict.fromkeys(str(c.get("code") or "") for c in bad if c.get("code")))
+        worst = max((str(c["status"]) for c in bad), key=status_rank, default="OK")
+        health[index] = GpuHealth(worst, codes)
+    return health
+
+
+def gpu_rows(gpus: list[dict[str, Any]], health: dict[int, GpuHealth] | None = None) -> list[dict[str, str]]:
+    """The GPU inventory as display rows: readable columns, units in the values, and each GPU's health
+    (``FAIL GPU_ROW_REMAP_FAILED``, ``OK``; ``—`` where no per-GPU check ran)."""
     rows = []
     for gpu in gpus:
         total, used = gpu.get("memory_total_bytes"), gpu.get("memory_used_bytes")
         current, top = _link(gpu.get("pcie_current")), _link(gpu.get("pcie_max"))
         links = gpu.get("nvlinks_active"), gpu.get("nvlinks_present")
+        index = gpu.get("index")
+        found = (health or {}).get(index) if isinstance(index, int) else None
         rows.append({
             "GPU": f"{gpu.get('index')}" + (f" (cuda{gpu['cuda_index']})" if gpu.get("cuda_index") is not None else ""),
+            "Health": "—" if found is None else " ".join((found.status, *found.codes)),
             "Model": str(gpu.get("name", "?")),
             "Memory used / total": f"{format_bytes(used)} / {format_bytes(total)}" if total is not None else "—",
             "CC": format_value(gpu.get("compute_capability")),
@@ -169,8 +216,9 @@ def _environment() -> jinja2.Environment:
     )
     env.filters["bytes"] = format_bytes
     env.filters["value"] = format_value
-    env.filters["headline"] = verdict_headline  # the verdict as the terminal and --oneline say it
     env.filters["label"] = label
+    env.filters["breakable"] = breakable
+    env.filters["kind"] = lambda code: kind_of(code).label
     env.filters["code"] = inline_code
     env.filters["when"] = format_time
     env.globals["fact"] = format_fact
@@ -178,22 +226,69 @@ def _environment() -> jinja2.Environment:
     env.globals["dict_without"] = lambda mapping, key: {k: v for k, v in mapping.items() if k != key}
     env.tests["mapping"] = lambda v: isinstance(v, dict)
     env.tests["table_like"] = lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
+    env.tests["matrix_like"] = _matrix_like
     return env
+
+
+def _matrix_like(value: Any) -> bool:
+    """A list of equally long lists of plain values (a link matrix), shown as a grid, not as one flat list."""
+    return (isinstance(value, list) and bool(value) and all(isinstance(row, list) for row in value)
+            and len({len(row) for row in value}) == 1
+            and all(not isinstance(cell, (dict, list)) for row in value for cell in row))
+
+
+@dataclass(frozen=True, slots=True)
+class Heading:
+    """The page's heading: the verdict with the code of the worst problem, and that problem in words."""
+
+    verdict: str
+    code: str | None
+    title: str
+    summary: str
+    more: int
+    note: str  # what the run covered: "99 of 117 checks selected (-m 'not distributed')", or ""
+
+    @property
+    def text(self) -> str:
+        return f"{self.verdict}: {self.code}" if self.code else self.verdict
+
+
+def heading(report: dict[str, Any]) -> Heading:
+    """The verdict and the worst problem (as ``--oneline`` names it), the selection apart."""
+    lead = leading_problem(report)
+    note = selection_note(report) or ""
+    flags = selection_flags(report) if note else ""
+    note = f"{note} ({flags})" if flags else note
+    if lead is None:
+        return Heading(verdict_label(report), None, "", "", 0, note)
+    return Heading(verdict_label(report), lead.code, lead.title, lead.summary, lead.more, note)
+
+
+def topology_view(section: dict[str, Any]) -> dict[str, Any] | None:
+    """The node's ``topology`` section's link matrix as a matrix view (labelled rows and columns)."""
+    labels, links = section.get("gpus"), section.get("links")
+    if not (isinstance(labels, list) and isinstance(links, list) and _matrix_like(links)
+            and len(links) == len(labels) == len(links[0])):
+        return None
+    return {"kind": "matrix", "title": f"Links ({section.get('source') or 'topology'})",
+            "data": {"labels": labels, "cells": links}}
 
 
 def render_html(report: dict[str, Any]) -> str:
     """Render the report dict (as written to JSON) to one HTML document."""
     checks = report.get("checks", [])
-    problems = sorted((c for c in checks if c["status"] in PROBLEM_STATUSES),
-                      key=lambda c: STATUS_ORDER.get(c["status"], 9))
+    found = problems(checks)
     groups = [
-        ("Needs attention", problems, True),
+        ("Needs attention", found, True),
         ("Skipped", [c for c in checks if c["status"] == "SKIP"], False),
-        ("Passed", [c for c in checks if c["status"] == "PASS"], False),
+        ("Passed", [c for c in checks if not is_problem(c) and c["status"] != "SKIP"], False),
     ]
     node = _section(report, "node")
     inventory = _section(node, "gpus")
     gpus = [g for g in inventory.get("gpus") or [] if isinstance(g, dict)]
+    health = gpu_health(checks)
     template = _environment().get_template("report.html.j2")
-    return template.render(report=report, problems=problems, checks=checks, groups=groups, csp=CSP,
-                           headline=headline(node), gpus=gpus, gpu_rows=gpu_rows(gpus))
+    return template.render(report=report, problems=found, checks=checks, groups=groups, csp=CSP,
+                           heading=heading(report), headline=headline(node), gpus=gpus,
+                           gpu_rows=gpu_rows(gpus, health), health=health,
+                           topology=topology_view(_section(node, "topology")))

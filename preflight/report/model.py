@@ -7,11 +7,13 @@ separate. ``preflight/report/schema.json`` is the JSON Schema of this model.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from typing import Any
 
 import preflight
+from preflight.codes import kind_of
 from preflight.outcome import RunVerdict, Status, Verdict, run_verdict
 from preflight.report.selection import Selection, selection_note
 
@@ -100,6 +102,76 @@ def headline(report: dict[str, Any]) -> str:
     return f"{verdict_label(report)}: {note}" if note else verdict_label(report)
 
 
+def status_rank(status: object) -> int:
+    """:attr:`Status.rank` of a status word from a report (-1 for a word that is not a status)."""
+    try:
+        return Status(str(status)).rank
+    except ValueError:
+        return -1
+
+
+def is_problem(check: Mapping[str, Any]) -> bool:
+    """A check of a report that ended FAIL, ERROR or WARN."""
+    return status_rank(check.get("status")) >= Status.WARN.rank
+
+
+def problem_key(check: Mapping[str, Any]) -> tuple[int, int]:
+    """Where a problem goes in the one order of problems: by the class of its code (what needs the hardware
+    replaced, other hardware faults, what stops the job, what it costs; ``preflight.codes.Kind``), then
+    worst status first. Sorting is stable, so equal problems keep the report's order."""
+    return kind_of(check.get("code")).rank, -status_rank(check.get("status"))
+
+
+def problems(checks: Iterable[Mapping[str, Any]] | Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The problems of a report (or of its checks) in the one order every output uses: the terminal's
+    verdict block, ``--oneline``, the HTML, the JSON's ``problems`` and ``preflight merge``."""
+    if isinstance(checks, Mapping):
+        checks = checks.get("checks") or []
+    return sorted((dict(c) for c in checks if isinstance(c, Mapping) and is_problem(c)), key=problem_key)
+
+
+INTERRUPTED_CODE = "RUN_INTERRUPTED"
+ERROR_CODE = "CHECK_ERROR"
+
+
+@dataclass(frozen=True, slots=True)
+class Lead:
+    """What a one-line answer names after the verdict: the first problem of the one order (or the
+    interruption of a run cut short), with how many more problems there are."""
+
+    code: str
+    summary: str
+    title: str
+    check: str | None  # the check's id, None for an interruption
+    more: int
+
+
+def leading_problem(report: Mapping[str, Any]) -> Lead | None:
+    """The problem the verdict leads with (``--oneline``, the HTML heading), or None when there is none.
+
+    An interrupted run names the interruption first, whatever the checks found before it (a WARN seen
+    before Ctrl-C is not why the node is NOT READY), with how many checks did not run."""
+    found = problems(report)
+    run = report.get("run") or {}
+    if run.get("interrupted"):
+        not_run = len(report.get("not_run") or [])
+        summary = str(run.get("interruption") or "the run was interrupted")
+        if not_run:  # the count first: a short line cuts the reason, never how much is missing
+            summary = f"{not_run} check{'s' if not_run != 1 else ''} did not run ({summary})"
+        return Lead(INTERRUPTED_CODE, summary, "", None, len(found))
+    if not found:
+        return None
+    worst = found[0]
+    return Lead(str(worst.get("code") or ERROR_CODE), str(worst.get("summary") or ""), str(worst.get("title") or ""),
+                str(worst.get("id") or ""), len(found) - 1)
+
+
+def problem_entries(checks: Iterable[Mapping[str, Any]]) -> list[dict[str, Any]]:
+    """The JSON's ``problems``: each problem's check id, status, code and class, worst first."""
+    return [{"id": c.get("id"), "status": c.get("status"), "code": c.get("code"),
+             "kind": kind_of(c.get("code")).value} for c in problems(checks)]
+
+
 def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[str, str],
                  options: dict[str, Any], exit_code: int | None,
                  sections: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -129,8 +201,10 @@ def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[s
         "node": node,
         "environment": environment,
         "checks": [c.as_dict() for c in checks],
+        "problems": [],
         "not_run": record.not_run(),
     }
+    report["problems"] = problem_entries(report["checks"])
     extra = {name: data for name, data in (sections or {}).items() if name not in report}
     return {**report, **extra}
 

@@ -2,26 +2,19 @@
 
 Slurm takes it as a node's drain reason and node-problem-detector as a condition message (NPD cuts
 plugin output at 80 characters by default), so the stable code of the worst problem comes first
-and the human summary only fills what room is left: ``NOT READY: DDP_RANK_HUNG (+2 more)``.
+and the human summary only fills what room is left: ``NOT READY: DDP_RANK_HUNG (+2 more)``. The code
+named is the first of the one order of problems (``report.model.problems``): a GPU to replace before a
+toolkit to install.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from preflight.report.model import verdict_label
+from preflight.report.model import leading_problem, verdict_label
 from preflight.report.selection import selection_note
 
 MAX_LENGTH = 80
-SEVERITY = {"FAIL": 0, "ERROR": 1, "WARN": 2}
-INTERRUPTED_CODE = "RUN_INTERRUPTED"
-ERROR_CODE = "CHECK_ERROR"
-
-
-def problems(report: dict[str, Any]) -> list[dict[str, Any]]:
-    """Checks that ended FAIL, ERROR or WARN, worst first (report order within a status)."""
-    found = [c for c in report.get("checks", []) if c.get("status") in SEVERITY]
-    return sorted(found, key=lambda c: SEVERITY[c["status"]])
 
 
 def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
@@ -34,26 +27,14 @@ def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
     """
     verdict = verdict_label(report)
     note = selection_note(report)
-    found = problems(report)
-    run = report.get("run", {})
-    if run.get("interrupted"):
-        code, extra = INTERRUPTED_CODE, len(found)
-        not_run = len(report.get("not_run") or [])
-        summary = str(run.get("interruption") or "the run was interrupted")
-        if not_run:  # the count first: a short line cuts the reason, never how much is missing
-            summary = f"{not_run} check{'s' if not_run != 1 else ''} did not run ({summary})"
-    elif found:
-        worst = found[0]
-        code = worst.get("code") or ERROR_CODE
-        summary = str(worst.get("summary") or "")
-        extra = len(found) - 1
-    else:
+    lead = leading_problem(report)
+    if lead is None:
         return _ascii(f"{verdict}: {note}" if note else verdict)[:limit]
-    counts = [f"+{extra} more"] if extra else []
+    counts = [f"+{lead.more} more"] if lead.more else []
     if note:
         counts.append(note)
-    head = f"{verdict}: {code}" + (f" ({', '.join(counts)})" if counts else "")
-    return _ascii(_fit(head, summary, limit))
+    head = f"{verdict}: {lead.code}" + (f" ({', '.join(counts)})" if counts else "")
+    return _ascii(_fit(head, lead.summary, limit))
 
 
 def _fit(head: str, summary: str, limit: int) -> str:

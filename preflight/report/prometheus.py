@@ -26,10 +26,12 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from preflight import outcome
+
 PREFIX = "preflight"
 VERDICTS = ("READY", "DEGRADED", "NOT READY")
 STATUSES = ("PASS", "WARN", "FAIL", "SKIP", "ERROR")
-PROBLEM_STATUSES = ("WARN", "FAIL", "ERROR")
+PROBLEM_STATUSES = tuple(status.value for status in outcome.PROBLEM_STATUSES)
 UNIT_SUFFIXES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "B": "bytes",
                  "GB/s": "gigabytes_per_second", "MB/s": "megabytes_per_second", "%": "percent", "W": "watts",
                  "C": "celsius", "Hz": "hertz", "MHz": "megahertz"}

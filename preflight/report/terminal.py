@@ -2,10 +2,13 @@
 
 pytest's reporter prints installed paths, hides the reasons and ends with its own summary after
 ours. When the CLI passes ``--preflight-terminal`` (it does unless ``-v``), this plugin takes its
-place: one line per check (status word, the check's title, a short reason, all within the terminal's
-width), identical SKIPs as one line with a count, a live status line while a launch runs, and one
-verdict block at the end with every problem and its fix. ``pytest checks/`` and ``preflight -v``
-keep pytest's reporter.
+place: one entry per check (status word, the check's title, its reason, all within the terminal's
+width: two columns that wrap on a wide terminal, the reason under the title on a narrow one, never cut
+before the reason's first clause), the results of a per-GPU check folded by identical reason
+(``PASS  Does the GPU answer NVML? [gpu0-1,3-7]``), identical SKIPs as one line with a count, a live
+status line while a launch runs, and one verdict block at the end with every problem and its fix, worst
+first. ``pytest checks/`` and ``preflight -v`` keep pytest's reporter. Another session (``preflight
+rehearse``) takes the same reporter with :func:`install`.
 
 Checks run with pytest's output capture on, so this reporter writes to a duplicate of the terminal's
 file descriptor taken before any check runs: the live line can be drawn while a check waits.
@@ -15,25 +18,28 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import shutil
 import sys
 import textwrap
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 import pytest
 
 from preflight.launch.torchrun import LaunchStatus
-from preflight.report.model import headline
+from preflight.report.model import headline, problems
 from preflight.report.selection import selection_flags, selection_note
 from preflight.workers.common import LEAVING, STARTUP
 
 MIN_WIDTH = 40
 TICK_S = 0.25
 STATUS_COLUMN = 6  # "ERROR "
-REASON_MIN = 36
-PROBLEM_ORDER = ("FAIL", "ERROR", "WARN")
+GAP = 2  # between the title column and the reason column
+WIDE = 100  # from this width on, titles and reasons stand in two columns
+REASON_LINES = 2  # a check's reason gets up to this many lines (more when its first clause needs them)
 _COLOURS = {"PASS": "32", "WARN": "33", "SKIP": "33", "FAIL": "31", "ERROR": "35", "READY": "32", "DEGRADED": "33",
             "NOT READY": "31"}
 
@@ -52,10 +58,19 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     if COLLECTOR_KEY not in config.stash or config.getoption("dist", "no") not in ("no", None):
         return  # not a preflight run, or xdist's scheduler, which writes through pytest's reporter
+    install(config)
+
+
+def install(config: pytest.Config, stream: IO[str] | None = None) -> PreflightTerminal:
+    """Put preflight's reporter in place of pytest's for this session (from a trylast ``pytest_configure``,
+    once the report collector exists): what ``--preflight-terminal`` does, for a session of its own such as
+    ``preflight rehearse``. Returns the registered reporter."""
     standard = config.pluginmanager.get_plugin("terminalreporter")
     if standard is not None:
         config.pluginmanager.unregister(standard)
-    config.pluginmanager.register(PreflightTerminal(config, _terminal_stream()), "preflight-terminal")
+    reporter = PreflightTerminal(config, stream or _terminal_stream())
+    config.pluginmanager.register(reporter, "preflight-terminal")
+    return reporter
 
 
 def _terminal_stream() -> IO[str]:
@@ -81,18 +96,9 @@ def fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 3)].rstrip() + "..."
 
 
-def fit_words(text: str, width: int) -> str:
-    """``text`` within ``width``, cut at a word boundary when one is near (titles read better whole-word)."""
-    if len(text) <= width:
-        return text
-    cut = text[: max(0, width - 3)]
-    space = cut.rfind(" ")
-    return (cut[:space] if space > width // 2 else cut).rstrip(" ,;:-") + "..."
-
-
 def check_title(doc: str | None, name: str) -> str:
-    """The check's docstring's first line without a trailing aside in parentheses, with the parameter id
-    (``[gpu3]``) of a parametrized check."""
+    """The check's docstring's first line (its question) without a trailing aside in parentheses, with the
+    parameter id (``[gpu3]``) of a parametrized check."""
     lines = (doc or "").strip().splitlines()
     title = lines[0].strip().rstrip(".") if lines else name.split("[", 1)[0].removeprefix("test_").replace("_", " ")
     if title.endswith(")") and " (" in title:
@@ -100,34 +106,183 @@ def check_title(doc: str | None, name: str) -> str:
     return f"{title} [{name.split('[', 1)[1]}" if "[" in name else title
 
 
-def title_column(titles: list[str], width: int) -> int:
-    """How wide the title column is: the longest title, leaving the reason at least REASON_MIN columns."""
+_BOUNDARY = re.compile(r"(?:[;:,]|\.(?=\s+[A-Z(`'\"]))\s+|\s+[-\u2013\u2014]\s+")
+LONG_ASIDE = 40  # an aside in parentheses this long is a clause of its own
+
+
+def clauses(text: str) -> list[str]:
+    """``text`` cut into its clauses: after ``;``, ``:``, ``,``, a sentence's full stop or a dash, and
+    before a long aside in parentheses (40 characters or more), never inside parentheses or brackets.
+    Each clause keeps the punctuation that ends it."""
+    text = " ".join(text.split())
+    out: list[str] = []
+    depth, start = 0, 0
+    index = 0
+    while index < len(text):
+        char = text[index]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth = max(0, depth - 1)
+        elif depth == 0:
+            match = _BOUNDARY.match(text, index)
+            if match and match.end() < len(text):
+                out.append(text[start:match.end()].rstrip())
+                start = index = match.end()
+                continue
+            if text.startswith(" (", index) and index > start and _aside_length(text, index + 1) >= LONG_ASIDE:
+                out.append(text[start:index])
+                start = index = index + 1
+                continue
+        index += 1
+    if start < len(text):
+        out.append(text[start:])
+    return out
+
+
+def _aside_length(text: str, start: int) -> int:
+    """How long the parenthesised aside opening at ``start`` is (to its closing parenthesis or the end)."""
+    depth = 0
+    for index in range(start, len(text)):
+        depth += {"(": 1, ")": -1}.get(text[index], 0)
+        if depth == 0:
+            return index - start + 1
+    return len(text) - start
+
+
+def _trim_clause(text: str) -> str:
+    return text.rstrip(" ;:,-\u2013\u2014")
+
+
+def reason_lines(reason: str, width: int, lines: int = REASON_LINES) -> list[str]:
+    """The reason within ``lines`` lines of ``width``: as many whole clauses as fit, ending `` ...`` when
+    some are left out, and never less than the first clause (wrapped over more lines when it is longer)."""
+    parts = clauses(reason)
+    if not parts:
+        return []
+    whole = " ".join(parts)
+    wrapped = _wrap(whole, width)
+    if len(wrapped) <= lines:
+        return wrapped
+    shown = _trim_clause(parts[0])
+    for count in range(2, len(parts) + 1):
+        candidate = _trim_clause(" ".join(parts[:count]))
+        if len(_wrap(candidate + " ...", width)) > lines:
+            break
+        shown = candidate
+    return _wrap(shown + " ...", width)
+
+
+def _wrap(text: str, width: int) -> list[str]:
+    return textwrap.wrap(text, width=max(10, width), break_on_hyphens=False, break_long_words=True) or [""]
+
+
+_GPU_PARAM = re.compile(r"^gpu(\d+)$")
+
+
+def gpu_param(name: str) -> int | None:
+    """The GPU of a per-GPU check's name (``test_gpu_ecc[gpu3]`` -> 3), else None."""
+    _, bracket, param = name.partition("[")
+    match = _GPU_PARAM.match(param.rstrip("]")) if bracket else None
+    return int(match.group(1)) if match else None
+
+
+def gpu_reason(reason: str, index: int) -> str:
+    """A per-GPU reason without the GPU's own name for itself (the line says ``[gpu3]``): ``GPU 3 (NVIDIA
+    H100 80GB HBM3, 00000000:3A:00.0): 2 uncorrectable ECC error(s)`` -> ``2 uncorrectable ECC error(s)``."""
+    pattern = rf"^GPU ?{index}\b(?: \((?:[^()]|\([^()]*\))*\))?(?::\s+|\s+)"
+    return re.sub(pattern, "", " ".join(reason.split()), count=1) or reason
+
+
+def gpu_list(indices: list[int]) -> str:
+    """``[0, 1, 3, 4, 5, 6, 7]`` -> ``gpu0-1,3-7``."""
+    runs: list[tuple[int, int]] = []
+    for index in sorted(set(indices)):
+        if runs and index == runs[-1][1] + 1:
+            runs[-1] = (runs[-1][0], index)
+        else:
+            runs.append((index, index))
+    return "gpu" + ",".join(f"{a}" if a == b else f"{a}-{b}" for a, b in runs)
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Where a check's line puts its title and its reason at one terminal width.
+
+    Wide terminals (``WIDE`` columns and more) get two columns, the title's and the reason's, each
+    wrapping within its own; narrower ones put the reason under the title (unless both fit on one line)."""
+
+    width: int
+    title_width: int  # 0: the reason goes under the title
+
+    @property
+    def reason_width(self) -> int:
+        return self.width - STATUS_COLUMN - GAP - self.title_width if self.title_width else self.width - STATUS_COLUMN
+
+
+def layout(titles: list[str], width: int) -> Layout:
+    """The layout for these titles: at ``WIDE`` columns and more a title column as wide as the longest title,
+    at most half the width; below it the reason under the title."""
+    if width < WIDE:
+        return Layout(width, 0)
     longest = max((len(t) for t in titles), default=0)
-    return max(12, min(longest, width - STATUS_COLUMN - 2 - REASON_MIN))
+    return Layout(width, max(20, min(longest, (width - STATUS_COLUMN) // 2)))
 
 
-def check_line(status: str, title: str, reason: str, *, title_width: int, width: int) -> str:
-    """``PASS  GPUs are visible to torch        4 GPUs, CUDA 12.8`` within ``width`` columns."""
-    room = max(10, min(title_width, width - STATUS_COLUMN - 12))
-    base, bracket, param = title.partition(" [")
-    suffix = f"{bracket}{param}" if bracket and len(bracket + param) < room // 2 else ""
-    shown = fit_words(base, room - len(suffix)) + suffix if suffix and len(title) > room else fit_words(title, room)
-    head = f"{status:<{STATUS_COLUMN - 1}} {shown:<{room}}"
+def check_lines(status: str, title: str, reason: str, shape: Layout) -> list[str]:
+    """A check as lines within the width: ``PASS  Is /dev/shm large enough ...?  23.5 GiB with ...``."""
     reason = " ".join(reason.split())
-    if not reason:
-        return head.rstrip()[:width]
-    return fit(f"{head}  {reason}", width)
+    head = f"{status:<{STATUS_COLUMN - 1}} "
+    pad = " " * STATUS_COLUMN
+    if not shape.title_width:
+        one = f"{head}{title}  {reason}" if reason else f"{head}{title}"
+        if len(one) <= shape.width:
+            return [one]
+        lines = [f"{head if i == 0 else pad}{text}" for i, text in enumerate(_wrap(title, shape.width - STATUS_COLUMN))]
+        return lines + [pad + text for text in reason_lines(reason, shape.reason_width)] if reason else lines
+    left = _wrap(title, shape.title_width)
+    right = reason_lines(reason, shape.reason_width, lines=max(len(left), REASON_LINES)) if reason else []
+    rows = []
+    for row in range(max(len(left), len(right))):
+        cell = left[row] if row < len(left) else ""
+        text = f"{head if row == 0 else pad}{cell:<{shape.title_width}}"
+        rows.append((f"{text}{' ' * GAP}{right[row]}" if row < len(right) else text).rstrip())
+    return rows
 
 
-def skip_lines(groups: dict[str, list[str]], *, title_width: int, width: int) -> list[str]:
-    """One line per distinct SKIP reason: the check's title when it is alone, else how many share it."""
+def skip_lines(groups: dict[str, list[str]], shape: Layout) -> list[str]:
+    """One entry per distinct SKIP reason: the check's title when it is alone, else how many share it."""
     lines = []
     for reason, titles in groups.items():
         if len(titles) == 1:
-            lines.append(check_line("SKIP", titles[0], reason, title_width=title_width, width=width))
+            lines += check_lines("SKIP", titles[0], reason, shape)
         else:
-            lines.append(fit(f"SKIP  {len(titles)} checks: {' '.join(reason.split())}", width))
+            text = reason_lines(f"{len(titles)} checks: {reason}", shape.width - STATUS_COLUMN)
+            lines += [("SKIP  " if i == 0 else " " * STATUS_COLUMN) + part for i, part in enumerate(text)]
     return lines
+
+
+@dataclass(slots=True)
+class GpuFold:
+    """The results of one per-GPU check, held until its last GPU has reported, then shown with identical
+    results folded into one line: ``PASS  Does the GPU answer NVML? [gpu0-1,3-7]  answers every query``."""
+
+    title: str
+    results: list[tuple[int, str, str]] = field(default_factory=list)  # (GPU, status, reason without the GPU)
+
+    def add(self, index: int, status: str, reason: str) -> None:
+        self.results.append((index, status, gpu_reason(reason, index)))
+
+    def lines(self, shape: Layout) -> list[tuple[str, str]]:
+        """(status, line) pairs, one group of identical results at a time, by their first GPU."""
+        groups: dict[tuple[str, str], list[int]] = {}
+        for index, status, reason in self.results:
+            groups.setdefault((status, reason), []).append(index)
+        out = []
+        for (status, reason), indices in sorted(groups.items(), key=lambda item: min(item[1])):
+            out += [(status, line) for line in check_lines(status, f"{self.title} [{gpu_list(indices)}]", reason,
+                                                          shape)]
+        return out
 
 
 def _phase_name(phase: str) -> str:
@@ -165,19 +320,18 @@ def _shown_path(path: Path) -> str:
 
 
 def verdict_block(report: dict[str, Any], *, written: list[Path], width: int, quiet: bool = False) -> list[str]:
-    """The end of a run: the problems with their fixes, the counts, what did not run, where the
-    reports are, and the verdict (last, once)."""
+    """The end of a run: the problems with their fixes (in the one order of problems: hardware, then what
+    stops the job, then what slows it), the counts, what did not run, where the reports are, and the
+    verdict (last, once)."""
     lines = ["=" * min(width, 80)]
-    problems = sorted((c for c in report.get("checks", []) if c.get("status") in PROBLEM_ORDER),
-                      key=lambda c: PROBLEM_ORDER.index(c["status"]))
-    for check in problems:
+    for check in problems(report):
         title = check_title(check.get("title"), str(check.get("name", "")))
         code = check.get("code") or ""
         if quiet:
             summary = " ".join(str(check.get("summary") or "").split())
             lines.append(fit(f"{check['status']:<5} {code} {title}: {summary}", width))
             continue
-        lines.append(fit(f"{check['status']:<5} {code}  {title}", width))
+        lines += _heading(check["status"], code, title, width)
         lines += _wrapped(str(check.get("summary") or ""), width, STATUS_COLUMN)
         if check.get("remediation"):
             lines += _wrapped(str(check["remediation"]), width, STATUS_COLUMN, first="fix: ")
@@ -203,6 +357,14 @@ def verdict_block(report: dict[str, Any], *, written: list[Path], width: int, qu
     return lines
 
 
+def _heading(status: str, code: str, title: str, width: int) -> list[str]:
+    """A problem's first line, ``FAIL  GPU_ECC_UNCORRECTABLE  Is the GPU free of ...?``, wrapped under
+    the code rather than cut."""
+    head = f"{status:<{STATUS_COLUMN - 1}} {code}  " if code else f"{status:<{STATUS_COLUMN - 1}} "
+    return textwrap.wrap(head + title, width=width, subsequent_indent=" " * STATUS_COLUMN, break_on_hyphens=False,
+                         break_long_words=True)
+
+
 # -- the reporter ------------------------------------------------------------------------------------
 
 
@@ -218,8 +380,9 @@ class PreflightTerminal:
         self.quiet = int(config.getoption("verbose", 0) or 0) < 0
         self.titles: dict[str, str] = {}
         self.distributed: set[str] = set()
-        self.title_width = 0
+        self.shape = Layout(self.width, 0)
         self.skips: dict[str, list[str]] = {}
+        self._fold: tuple[str, GpuFold] | None = None  # the per-GPU check whose results are held
         self._lock = threading.Lock()
         self._live = ""
         self._last_phase: tuple[str, str] | None = None
@@ -252,12 +415,15 @@ class PreflightTerminal:
     # -- hooks -------------------------------------------------------------------------------------
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
+        shown = []
         for item in session.items:
             function = getattr(item, "function", None)
             self.titles[item.nodeid] = check_title(getattr(function, "__doc__", None), item.name)
             if item.get_closest_marker("distributed") is not None:
                 self.distributed.add(item.nodeid)
-        self.title_width = title_column(list(self.titles.values()), self.width)
+            # a per-GPU check is shown folded: its title's room is that of the longest GPU list
+            shown.append(self.titles[item.nodeid] + ("-00,00-00" if gpu_param(item.name) is not None else ""))
+        self.shape = layout(shown, self.width)
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -266,6 +432,8 @@ class PreflightTerminal:
                       "ERROR")
 
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
+        if self._fold is not None and self._fold[0] != _function_id(nodeid):
+            self._show_fold()  # another check starts: the per-GPU check before it has every GPU's result
         if nodeid in self.distributed:
             self._running = nodeid
             if self._thread is None:
@@ -290,7 +458,25 @@ class PreflightTerminal:
             return
         if self.quiet:
             return
-        self.line(check_line(status, title, summary, title_width=self.title_width, width=self.width), status)
+        index = gpu_param(report.nodeid.rsplit("::", 1)[-1])
+        if index is not None:
+            function = _function_id(report.nodeid)
+            if self._fold is None or self._fold[0] != function:
+                self._show_fold()
+                self._fold = (function, GpuFold(title.rsplit(" [", 1)[0]))
+            self._fold[1].add(index, status, summary)
+            return
+        self._show_fold()
+        for text in check_lines(status, title, summary, self.shape):
+            self.line(text, status)
+
+    def _show_fold(self) -> None:
+        """Print the held results of a per-GPU check, identical ones folded."""
+        if self._fold is None:
+            return
+        fold, self._fold = self._fold[1], None
+        for status, text in fold.lines(self.shape):
+            self.line(text, status)
 
     @pytest.hookimpl(trylast=True)  # the collector has written the reports by now
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
@@ -300,12 +486,13 @@ class PreflightTerminal:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=2)
+        self._show_fold()
         collector = self.config.stash.get(COLLECTOR_KEY, None)
         report = collector.report if collector is not None else None
         if report is None or not (report["run"].get("selection") or {}).get("selected", 1):
             return  # nothing was selected: the command says so in one line
         if not self.quiet:
-            for text in skip_lines(self.skips, title_width=self.title_width, width=self.width):
+            for text in skip_lines(self.skips, self.shape):
                 self.line(text, "SKIP")
         written = list(collector.written) if collector is not None else []
         junit = self.config.getoption("xmlpath", None)
@@ -351,6 +538,11 @@ class PreflightTerminal:
                     self.out.write(phase_line(status, self.width) + "\n")
                 self._last_phase = (status.launch, status.phase)
                 self.out.flush()
+
+
+def _function_id(nodeid: str) -> str:
+    """A check's node id without its parameters: the per-GPU results of one check share it."""
+    return nodeid.split("[", 1)[0]
 
 
 def _isatty(stream: IO[str]) -> bool:
