@@ -45,7 +45,8 @@ CODES = (
          "stage3_gather_16bit_weights_on_model_save). " + _NOTE,
          "Plain deepspeed.initialize (without the Trainer or Accelerate) refuses \"auto\" in the batch keys and "
          "drops it elsewhere.",
-         "Nothing to do under the Trainer or Accelerate; set real values for a plain DeepSpeed script.", kind=Kind.NOTE),
+         "Nothing to do under the Trainer or Accelerate; set real values for a plain DeepSpeed script.",
+         kind=Kind.NOTE),
     Code("DS_AUTO_DROPPED",
          "A key is \"auto\" that neither the Hugging Face Trainer nor Accelerate fills (the legacy bfloat16 section "
          "among them: they fill bf16.enabled); DeepSpeed drops it and uses its default.",
@@ -80,7 +81,8 @@ CODES = (
     Code("DS_BF16_UNSUPPORTED",
          "bf16 is asked of GPUs without bf16 hardware (compute capability below 8.0); WARN when it is \"auto\".",
          "bf16 kernels fail or run emulated, far slower.",
-         "Use fp16 with loss scaling on these GPUs, or GPUs of compute capability 8.0+ (A100, L4, L40S, H100).", kind=Kind.BLOCKER),
+         "Use fp16 with loss scaling on these GPUs, or GPUs of compute capability 8.0+ (A100, L4, L40S, H100).",
+         kind=Kind.BLOCKER),
     Code("DS_ZERO_STAGE_INVALID",
          "zero_optimization.stage is not 0, 1, 2 or 3.",
          "DeepSpeed's ZeroStageEnum refuses it: " + _AT_INIT,
@@ -89,7 +91,8 @@ CODES = (
          "The config's ZeRO stage and offload need more model state per GPU than the tightest GPU has "
          "(--model-params).",
          "The job runs out of GPU memory at its first step.",
-         "Shard more (a higher stage), offload to CPU or NVMe, use more GPUs; the remediation names what fits.", kind=Kind.BLOCKER),
+         "Shard more (a higher stage), offload to CPU or NVMe, use more GPUs; the remediation names what fits.",
+         kind=Kind.BLOCKER),
     Code("DS_ZERO_LIGHTER_FITS",
          "A lighter ZeRO stage than the config's also fits. " + _NOTE,
          "A lighter stage communicates less per step, so it trains faster if it fits.",
@@ -98,7 +101,8 @@ CODES = (
          "Offload is configured where DeepSpeed does not use it (offload_param below stage 3, offload_optimizer at "
          "stage 0).",
          "The memory plan counts on offload that does not happen: the job may run out of GPU memory.",
-         "Remove the offload, or use the stage that offloads (3 for parameters, 1-3 for the optimizer).", kind=Kind.COST),
+         "Remove the offload, or use the stage that offloads (3 for parameters, 1-3 for the optimizer).",
+         kind=Kind.COST),
     Code("DS_OFFLOAD_DEVICE",
          "An offload device is not none, cpu or nvme.",
          "DeepSpeed refuses it: " + _AT_INIT,
@@ -127,7 +131,8 @@ CODES = (
          "pin_memory (the default) pins more host memory than ulimit -l allows.",
          "Pinning fails or falls back: offload transfers slow down or the job fails at the first pinned "
          "allocation.",
-         "Raise the limit (`ulimit -l unlimited`, `docker run --ulimit memlock=-1`) or set pin_memory: false.", kind=Kind.BLOCKER),
+         "Raise the limit (`ulimit -l unlimited`, `docker run --ulimit memlock=-1`) or set pin_memory: false.",
+         kind=Kind.BLOCKER),
     Code("DS_KEY_REMOVED",
          "The config uses a key DeepSpeed has removed (FAIL when the installed DeepSpeed is the one judged).",
          "DeepSpeed raises DeepSpeedConfigError at initialize.",
@@ -196,7 +201,8 @@ CODES = (
          "`python -m NAME` (or `torchrun -m NAME`) names a module the job's interpreter does not have (python -m "
          "torch.run), a package without __main__, or a submodule of a plain module.",
          "python exits at once ('No module named torch.run'): the job never starts.",
-         "Use torchrun (python -m torch.distributed.run) for torch's launcher, or name a module that exists.", kind=Kind.BLOCKER),
+         "Use torchrun (python -m torch.distributed.run) for torch's launcher, or name a module that exists.",
+         kind=Kind.BLOCKER),
     Code("LAUNCH_MODULE_NOT_FOUND",
          "The top-level package of `-m NAME` is not found from the directory preflight runs in.",
          "It could not be checked, and a job started from here fails the same way.",
@@ -225,7 +231,8 @@ CODES = (
          "--standalone with more than one node (FAIL when the minimum is above 1).",
          "The rendezvous runs on localhost: no other node can join, so the job waits until the rendezvous times out "
          "(or runs on this node alone).",
-         "Drop --nnodes, or replace --standalone with --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT on every node.", kind=Kind.BLOCKER),
+         "Drop --nnodes, or replace --standalone with --rdzv-backend=c10d --rdzv-endpoint=HOST:PORT on every node.",
+         kind=Kind.BLOCKER),
     Code("LAUNCH_MULTI_NODE",
          "The job waits for several nodes; preflight judges this one only. " + _NOTE,
          "The other nodes are not checked.",
@@ -263,7 +270,8 @@ CODES = (
     Code("LAUNCH_DS_NO_HOSTFILE",
          "--num_nodes above 1 and no hostfile (none given, or the --hostfile path does not exist).",
          "DeepSpeed raises 'Num nodes is >1 but no extra nodes available via hostfile': the job never starts.",
-         "Give --hostfile with one `host slots=N` line per node, or use --num_nodes 1 (or drop it) on one node.", kind=Kind.BLOCKER),
+         "Give --hostfile with one `host slots=N` line per node, or use --num_nodes 1 (or drop it) on one node.",
+         kind=Kind.BLOCKER),
     Code("LAUNCH_DS_HOSTFILE_MISSING",
          "--hostfile names a file that does not exist (and --num_nodes asks for one node at most).",
          "DeepSpeed warns 'Unable to find hostfile' and runs on this node only, whatever the hostfile was meant to "
@@ -286,7 +294,8 @@ CODES = (
          "CUDA_VISIBLE_DEVICES is set, but a DeepSpeed filter or count is given, so the runner ignores and "
          "removes it.",
          "Slots count physical GPUs: the job runs on other GPUs than CUDA_VISIBLE_DEVICES names.",
-         "Drop CUDA_VISIBLE_DEVICES and name the GPUs with --include localhost:0,1, or drop the filter.", kind=Kind.BLOCKER),
+         "Drop CUDA_VISIBLE_DEVICES and name the GPUs with --include localhost:0,1, or drop the filter.",
+         kind=Kind.BLOCKER),
     Code("LAUNCH_DS_CPU",
          "No GPU: DeepSpeed's CPU accelerator starts one rank per NUMA node. " + _NOTE,
          "The launch is a CPU run.",
@@ -333,7 +342,8 @@ CODES = (
          + _STATIC,
          "Each sharded layer all-gathers its parameters from every rank before it computes; the ranks that skip the "
          "branch never join, so the job hangs (litgpt finetune/lora.py generates on rank 0 only since PR #2213).",
-         "Run the forward on every rank and keep only printing or saving its result under the rank test.", kind=Kind.BLOCKER),
+         "Run the forward on every rank and keep only printing or saving its result under the rank test.",
+         kind=Kind.BLOCKER),
     Code("SCRIPT_SAME_BATCHES_EVERY_RANK",
          "A shuffling DataLoader without a DistributedSampler or a per-rank shard, in a distributed script where "
          "every rank seeds torch the same way. " + _STATIC,
@@ -364,7 +374,8 @@ CODES = (
     Code("SCRIPT_DDP_NO_DEVICE_IDS",
          "DistributedDataParallel without device_ids and no set_device. " + _STATIC,
          "Every rank's model is on cuda:0, so all ranks share one GPU.",
-         "Call torch.cuda.set_device(local_rank), move the model there and pass device_ids=[local_rank].", kind=Kind.BLOCKER),
+         "Call torch.cuda.set_device(local_rank), move the model there and pass device_ids=[local_rank].",
+         kind=Kind.BLOCKER),
     Code("SCRIPT_DDP_FIXED_DEVICE",
          "DistributedDataParallel(device_ids=[0]) or another constant. " + _STATIC,
          "Every rank uses the same GPU.",
