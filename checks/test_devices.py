@@ -7,6 +7,7 @@ import pytest
 from preflight.fixtures.gpus import own_pids
 from preflight.judge.devices import judge_device_agreement, judge_device_order, judge_gpu_count, judge_visible_devices
 from preflight.judge.gpus import (
+    judge_compute_mode,
     judge_ecc,
     judge_gpu_busy,
     judge_gpu_models,
@@ -23,7 +24,6 @@ from preflight.node import Node
 from preflight.outcome import View
 from preflight.parse.visible_devices import VisibleDevices
 from preflight.probe.nvml_snapshot import GpuInfo
-from preflight.probe.torch_devices import TorchDevices
 from preflight.recording import Recorder
 from preflight.settings import Settings
 
@@ -39,15 +39,14 @@ def test_nvml(record: Recorder, settings: Settings, node: Node, gpu_table_view: 
     record(verdict.with_extra(views=[gpu_table_view]) if node.nvml.gpus else verdict)
 
 
-def test_gpu_count(record: Recorder, settings: Settings, node: Node, visible: VisibleDevices,
-                   torch_devices: TorchDevices) -> None:
+def test_gpu_count(record: Recorder, settings: Settings, node: Node, visible: VisibleDevices) -> None:
     """The job sees the expected number of GPUs"""
-    record(judge_gpu_count(visible, len(node.nvml.gpus), settings.expect_gpus, torch_devices))
+    record(judge_gpu_count(visible, node.job_sees, len(node.nvml.gpus), settings.expect_gpus, len(node.lost_gpus)))
 
 
-def test_devices_agree(record: Recorder, node: Node, visible: VisibleDevices, torch_devices: TorchDevices) -> None:
+def test_devices_agree(record: Recorder, node: Node, visible: VisibleDevices) -> None:
     """torch, NVML and CUDA_VISIBLE_DEVICES agree on the GPUs"""
-    record(judge_device_agreement(visible, len(node.nvml.gpus), torch_devices))
+    record(judge_device_agreement(visible, len(node.nvml.gpus), node.torch))
 
 
 def test_cuda_visible_devices(record: Recorder, visible: VisibleDevices) -> None:
@@ -90,9 +89,15 @@ def test_gpu_memory_repairs(record: Recorder, gpu: GpuInfo) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_mig(record: Recorder, gpu: GpuInfo) -> None:
+def test_gpu_mig(record: Recorder, gpu: GpuInfo, node: Node) -> None:
     """MIG is off on the job's GPUs"""
-    record(judge_mig(gpu))
+    record(judge_mig(gpu, node.job_devices, node.job.ranks))
+
+
+@pytest.mark.gpu
+def test_gpu_compute_mode(record: Recorder, gpu: GpuInfo) -> None:
+    """The compute mode lets the job's rank create its CUDA context"""
+    record(judge_compute_mode(gpu, own_pids=own_pids()))
 
 
 @pytest.mark.gpu

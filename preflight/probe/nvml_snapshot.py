@@ -445,6 +445,15 @@ class NvmlSnapshot:
             return None
         return f"{version // 1000}.{(version % 1000) // 10}"
 
+    @property
+    def unavailable(self) -> str | None:
+        """Why there is no GPU to ask about (the SKIP reason of GPU checks), None when NVML lists GPUs."""
+        if self.error is not None:
+            return f"no NVIDIA GPU visible: {self.error.cause}"
+        if not self.gpus:
+            return "no NVIDIA GPU visible: NVML lists no GPU"
+        return None
+
     def gpu(self, index: int) -> GpuInfo | None:
         """The GPU at NVML ``index``, None when NVML did not list it."""
         return next((g for g in self.gpus if g.index == index), None)
