@@ -352,10 +352,10 @@ def judge_nvlink_counts(topo: JobTopology, expected: int | None = None, driver: 
         f"GPU{s.gpu} has {'no active NVLink' if s.active == 0 else f'{s.active} of {reference} NVLinks active'}"
         for s in short
     ]
-    basis = f"expected {expected}" if expected is not None else f"peers have {reference}"
+    basis = f"expected {expected}" if expected is not None else f"peers have {reference}; {short[0].reason}"
     return fail(
         "NVLINK_LINKS_MISSING",
-        f"{'; '.join(parts)} ({basis}; {short[0].reason}): every collective through "
+        f"{'; '.join(parts)} ({basis}): every collective through "
         f"{'them' if len(short) > 1 else 'it'} slows down{outside}",
         f"Run `nvidia-smi nvlink --status -i {short[0].gpu}` to see which links are down; reset the GPU "
         f"(`sudo nvidia-smi -r -i {short[0].gpu}` with no process on it) or reboot, and if links stay down "
@@ -388,17 +388,17 @@ def judge_topology_sources(topo: JobTopology) -> Verdict:
     SKIP when either source has nothing, a job GPU is lost or the fabric is down (their own findings)."""
     if topo.no_gpu is not None:
         return skip(topo.no_gpu)
+    if topo.lost:
+        return skip(f"{topo.lost_text()[2:]}: NVML cannot describe its links (see test_gpu_responds)")
+    down = topo.fabric_down
+    if down:
+        return skip(f"the NVLink fabric is not up on {_gpu_span([i for i, _ in down])} (see test_nvlinks_all_active)")
     if topo.smi_all is None:
         if topo.smi_missing:
             return skip(f"{topo.smi_problem}: no topology matrix to compare with NVML")
         evidence = {"nvidia-smi topo -m": topo.smi_raw} if topo.smi_raw else {}
         return error(f"GPUs are present but the topology could not be read: {topo.smi_problem}",
                      code="TOPOLOGY_UNREADABLE", evidence=evidence)
-    if topo.lost:
-        return skip(f"{topo.lost_text()[2:]}: NVML cannot describe its links (see test_gpu_responds)")
-    down = topo.fabric_down
-    if down:
-        return skip(f"the NVLink fabric is not up on {_gpu_span([i for i, _ in down])} (see test_nvlinks_all_active)")
     listed = len(topo.job) + len(topo.others)
     if listed != len(topo.smi_all.gpus):
         return warn(
@@ -407,7 +407,8 @@ def judge_topology_sources(topo: JobTopology) -> Verdict:
             "Run `nvidia-smi -L` and `nvidia-smi topo -m` again; a count that changes between calls "
             "points to a GPU falling off the bus (see `sudo dmesg | grep -i xid`).",
         )
-    job = set(topo.job)
+    short = short_of_links(topo)
+    job = set(topo.job) - short
     pairs = [p for p in topo.fabric.pairs if p.a in job and p.b in job]
     failed = [p for p in pairs if p.query_errors]
     if failed:
@@ -416,6 +417,8 @@ def judge_topology_sources(topo: JobTopology) -> Verdict:
     disagreements = _disagreements(topo.smi_all, pairs)
     outside = _disagreements(topo.smi_all, [p for p in topo.fabric.pairs if not (p.a in job and p.b in job)])
     aside = f"; {len(outside)} pair(s) outside the job differ ({outside[0]}): not used by this job" if outside else ""
+    if short:
+        aside = (f"; {_gpu_span(sorted(short))} left out: NVLinks down (see test_nvlinks_all_active)") + aside
     if not disagreements:
         return passed(f"NVML and nvidia-smi topo -m agree on all {len(pairs)} GPU pairs of the job{aside}")
     return warn(
@@ -427,6 +430,14 @@ def judge_topology_sources(topo: JobTopology) -> Verdict:
         "`nvidia-smi nvlink --status` and `nvidia-smi topo -p2p n`.",
         details={"disagreements": disagreements},
     )
+
+
+def short_of_links(topo: JobTopology) -> set[int]:
+    """The job's GPUs whose NVLinks should be up and fewer are than on their best peer (the NVLink check's
+    finding: the cross-check leaves their pairs out rather than report the same fault twice)."""
+    states = [s for s in nvlink_expectations(topo, topo.job) if s.reason is not None]
+    best = max((s.active for s in states), default=0)
+    return {s.gpu for s in states if s.active < best}
 
 
 def _disagreements(smi: TopoMatrix, pairs: Sequence[GpuPair]) -> list[str]:
