@@ -35,7 +35,7 @@ def test_nvidia_gpu_present(record: Recorder, node: Node) -> None:
 
 def test_nvml(record: Recorder, settings: Settings, node: Node, gpu_table_view: View) -> None:
     """NVML starts and lists the GPUs"""
-    verdict = judge_nvml(node.nvml, settings.expect_gpus, node.pci_gpus.count)
+    verdict = judge_nvml(node.nvml, settings.expect_gpus, node.pci_gpus.count, node.job_gpus)
     record(verdict.with_extra(views=[gpu_table_view]) if node.nvml.gpus else verdict)
 
 

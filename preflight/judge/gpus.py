@@ -52,8 +52,10 @@ def judge_gpu_presence(pci_gpus: int, nvml_gpus: int, torch_gpus: int, cpu_rehea
                 "a `torchrun --nproc-per-node=gpu` job cannot start here", NO_GPU_FIX)
 
 
-def judge_nvml(inventory: NvmlSnapshot, expect_gpus: int | None, pci_gpus: int = 0) -> Verdict:
-    """NVML starts and lists GPUs; a missing library is SKIP on a machine nobody said had GPUs."""
+def judge_nvml(inventory: NvmlSnapshot, expect_gpus: int | None, pci_gpus: int = 0,
+               job_gpus: Sequence[GpuInfo] | None = None) -> Verdict:
+    """NVML starts and lists GPUs; a missing library is SKIP on a machine nobody said had GPUs. A lost GPU
+    outside ``job_gpus`` is a fact in the summary (the job's own are test_gpu_responds' FAILs)."""
     problem = inventory.error
     if problem is not None:
         if problem.code in NOT_A_GPU_MACHINE and expect_gpus is None and pci_gpus == 0:
@@ -76,8 +78,10 @@ def judge_nvml(inventory: NvmlSnapshot, expect_gpus: int | None, pci_gpus: int =
             "(--gpus all). A GPU that fell off the bus needs a reset or a reboot.",
         )
     cuda = inventory.cuda_driver_version_text or "unknown"
+    outside = [g.index for g in inventory.gpus if g.gpu_lost and g not in job_gpus] if job_gpus is not None else []
+    aside = "".join(f"; GPU {i} is lost (fell off the bus); not used by this job" for i in outside)
     return passed(
-        f"NVML sees {len(inventory.gpus)} GPU(s); driver {inventory.driver_version}, driver CUDA {cuda}",
+        f"NVML sees {len(inventory.gpus)} GPU(s); driver {inventory.driver_version}, driver CUDA {cuda}{aside}",
         details={"backend": inventory.label, "nvml_walk_s": round(inventory.duration_s, 3)},
     )
 

@@ -39,6 +39,7 @@ from preflight.parse.visible_devices import (
     VISIBLE_DEVICES_VAR,
     DeviceOrder,
     GpuIdentity,
+    SelectorKind,
     VisibleDevices,
     VisibleDevicesError,
     parse_device_order,
@@ -207,10 +208,14 @@ class Node:
 
     @cached_property
     def job_gpus(self) -> tuple[GpuInfo, ...]:
-        """The GPUs the job uses, in CUDA order: the visible ones, the first ``--nproc`` of them."""
+        """The GPUs the job uses, in CUDA order: the visible ones, the first ``--nproc`` of them. A GPU NVML
+        cannot identify (lost) is the job's unless ``CUDA_VISIBLE_DEVICES`` names the job's GPUs without it
+        (CUDA does not enumerate a GPU that fell off the bus, so the variable's indices and UUIDs resolve
+        among the others)."""
         identified = [g for g in self.visible_gpus if g.identity() is not None]
         lost = [g for g in self.visible_gpus if g.identity() is None]
-        return tuple((identified[: self.nproc] if self.nproc else identified) + lost)
+        chosen = self.visible is not None and self.visible.setting.kind is not SelectorKind.ALL
+        return tuple((identified[: self.nproc] if self.nproc else identified) + ([] if chosen else lost))
 
     @cached_property
     def job_sees(self) -> int:
@@ -261,8 +266,8 @@ class Node:
 
     @cached_property
     def lost_gpus(self) -> tuple[GpuInfo, ...]:
-        """GPUs NVML lists but that answered GPU_IS_LOST (fallen off the bus), NVML order."""
-        return tuple(g for g in self.nvml.gpus if g.gpu_lost)
+        """The job's GPUs that answered GPU_IS_LOST (fallen off the bus)."""
+        return tuple(g for g in self.job_gpus if g.gpu_lost)
 
     @cached_property
     def fabric(self) -> Fabric:
