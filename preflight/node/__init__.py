@@ -24,7 +24,7 @@ job's interpreter, :mod:`preflight.node.torch`). Everything else is derived, on 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
@@ -32,6 +32,7 @@ from typing import Any, Generic, TypeVar
 from preflight.node.cuda import CudaFacts, cuda_facts
 from preflight.node.devices import CudaDevice, job_devices
 from preflight.node.fabric import Fabric, JobTopology, Layout, fabric_from, job_topology
+from preflight.node.host import HostFacts
 from preflight.node.torch import JobTorch, read_job_torch
 from preflight.node.transports import Transports
 from preflight.parse.visible_devices import (
@@ -253,6 +254,16 @@ class Node:
         if not visible:
             return self.job  # NVML promises nothing: torch decides
         return gpu_job(visible, self.job_gpus, self.nproc, "one per GPU NVML shows the job")
+
+    @cached_property
+    def host(self) -> HostFacts:
+        """The host's facts (shared memory, CPUs, RAM, processes, session, ...), each probed once."""
+        return HostFacts(self.transports)
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The environment the job inherits."""
+        return self.transports.environ
 
     @cached_property
     def pci_gpus(self) -> PciGpus:
