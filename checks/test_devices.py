@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 
 from preflight.fixtures.gpus import own_pids
-from preflight.judge.devices import judge_device_agreement, judge_device_order, judge_gpu_count, judge_visible_devices
-from preflight.judge.gpus import (
+from preflight.judge.gpu_health import (
     judge_compute_mode,
     judge_ecc,
     judge_gpu_busy,
@@ -19,6 +18,12 @@ from preflight.judge.gpus import (
     judge_pcie_link,
     judge_persistence,
     judge_throttling,
+)
+from preflight.judge.visible_devices import (
+    judge_device_agreement,
+    judge_device_order,
+    judge_gpu_count,
+    judge_visible_devices,
 )
 from preflight.node import Node
 from preflight.outcome import View

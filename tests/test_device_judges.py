@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 
 
-from preflight.judge.devices import (
+from preflight.judge.visible_devices import (
     judge_device_agreement,
     judge_device_order,
     judge_gpu_count,

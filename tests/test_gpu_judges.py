@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from preflight.judge.gpus import (
+from preflight.judge.gpu_health import (
     judge_compute_mode,
     judge_ecc,
     judge_gpu_busy,
