@@ -14,6 +14,7 @@ import pytest
 
 from preflight.locations import checks_dir
 from tests.conftest import REPO_ROOT, validate_report
+from tests.fakes.nvml_profiles import ROWS
 from tests.test_cli import preflight
 
 pytestmark = pytest.mark.subprocess
@@ -34,7 +35,7 @@ def test_a_hung_nvml_is_reported_once_and_every_other_check_still_reports(tmp_pa
     started = time.monotonic()
     result = preflight(
         "--report-dir", str(out), "--nvml-timeout", str(NVML_TIMEOUT_S), "--timeout", str(RUN_TIMEOUT_S),
-        "-m", "not distributed", "--", "-p", "tests.fakes.nvml_plugin", "--fake-nvml=2x-h100-nvl-hung",
+        "-m", "not distributed", "--", "-p", "tests.fakes.nvml_plugin", f"--fake-nvml={ROWS['hung-driver'].profile}",
         "--fake-torch-count=2", cwd=tmp_path, timeout=RUN_TIMEOUT_S + 60,
         env={"PATH": f"{bin_dir}:{os.environ['PATH']}"},
     )

@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPO_ROOT, validate_report
+from tests.fakes.nvml_profiles import ROWS
 
 CHECK_FILES = {name: (REPO_ROOT / "checks" / f"{name}.py").read_text()
                for name in ("test_devices", "test_topology", "test_memory_fit")}
@@ -21,6 +22,9 @@ CHECK_FILES = {name: (REPO_ROOT / "checks" / f"{name}.py").read_text()
 def run_row(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, profile: str, faults: dict[str, Any] | None = None,
             *args: str, env: dict[str, str] | None = None) -> tuple[str, dict[str, dict[str, Any]]]:
     """The GPU-side verdict of a fake machine, and each check's report entry by name."""
+    row = ROWS.get(profile)
+    if row is not None:  # a row of issue 24's table: its machine, faults and environment
+        profile, faults, env = row.profile, {**row.faults, **(faults or {})}, {**row.environ, **(env or {})}
     for name in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"):
         monkeypatch.delenv(name, raising=False)
     for name, value in (env or {}).items():
@@ -44,7 +48,7 @@ def problems(checks: dict[str, dict[str, Any]]) -> dict[str, tuple[str, str | No
 
 def test_h800_fabric_manager_not_running_is_not_ready_with_the_fix(pytester, monkeypatch) -> None:
     """Row 1: HGX H800 (no "SXM" in its name), fabric manager down: one finding, with the fix."""
-    verdict, checks = run_row(pytester, monkeypatch, "8x-h800-hgx", {"fabric_manager_down": True})
+    verdict, checks = run_row(pytester, monkeypatch, "h800-fabric-manager-down")
     assert verdict == "NOT READY"
     assert problems(checks) == {"test_nvlinks_all_active": ("FAIL", "FABRIC_NOT_READY")}
     nvlinks = checks["test_nvlinks_all_active"]
@@ -57,7 +61,7 @@ def test_h800_fabric_manager_not_running_is_not_ready_with_the_fix(pytester, mon
 
 def test_h800_gpu3_links_down_is_not_ready_naming_gpu3(pytester, monkeypatch) -> None:
     """Row 2."""
-    verdict, checks = run_row(pytester, monkeypatch, "8x-h800-hgx", {"nvlinks_missing": [3]})
+    verdict, checks = run_row(pytester, monkeypatch, "h800-gpu3-links-down")
     assert verdict == "NOT READY"
     assert problems(checks) == {"test_nvlinks_all_active": ("FAIL", "NVLINK_LINKS_MISSING")}
     summary = checks["test_nvlinks_all_active"]["summary"]
@@ -66,8 +70,7 @@ def test_h800_gpu3_links_down_is_not_ready_naming_gpu3(pytester, monkeypatch) ->
 
 def test_a_gpu_outside_the_job_does_not_change_the_verdict(pytester, monkeypatch) -> None:
     """Row 3: 8x H100, GPU5's links down, CUDA_VISIBLE_DEVICES=0,1,2,3: READY, GPU5 named in one line."""
-    verdict, checks = run_row(pytester, monkeypatch, "8x-h100-sxm", {"nvlinks_missing": [5]},
-                              env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
+    verdict, checks = run_row(pytester, monkeypatch, "h100-gpu5-links-down-job-0-3")
     assert verdict == "READY", problems(checks)
     assert checks["test_nvlinks_all_active"]["summary"] == (
         "4 GPUs, 18 active NVLinks each (NVLink 4.0); GPU5 has 0 of 18 NVLinks up; not used by this job")
@@ -89,8 +92,7 @@ def test_no_fault_outside_cuda_visible_devices_changes_the_verdict(pytester, mon
 
 def test_a_mig_slice_among_full_gpus_is_not_ready(pytester, monkeypatch) -> None:
     """Row 4: 8x A100, MIG on GPU0 only; the memory fit sizes GPU0 at its slice, the models are one."""
-    verdict, checks = run_row(pytester, monkeypatch, "8x-a100-sxm", {"mig_enabled": [0]},
-                              "--preflight-model-params=7B")
+    verdict, checks = run_row(pytester, monkeypatch, "a100-mig-on-gpu0", None, "--preflight-model-params=7B")
     assert verdict == "NOT READY"
     assert problems(checks)["test_gpu_mig[gpu0]"] == ("FAIL", "GPU_MIG_IN_MULTI_GPU_JOB")
     assert "among 7 full GPU(s)" in checks["test_gpu_mig[gpu0]"]["summary"]
@@ -102,14 +104,13 @@ def test_a_mig_slice_among_full_gpus_is_not_ready(pytester, monkeypatch) -> None
 
 def test_compute_mode_prohibited_on_one_gpu_is_not_ready(pytester, monkeypatch) -> None:
     """Row 5: PROHIBITED on GPU2, EXCLUSIVE_PROCESS on the rest (one rank per GPU: fine)."""
-    modes = {str(i): 3 for i in range(8)} | {"2": 2}
-    verdict, checks = run_row(pytester, monkeypatch, "8x-h100-sxm", {"compute_mode": modes})
+    verdict, checks = run_row(pytester, monkeypatch, "h100-compute-prohibited-gpu2")
     assert verdict == "NOT READY"
     assert problems(checks) == {"test_gpu_compute_mode[gpu2]": ("FAIL", "GPU_COMPUTE_PROHIBITED")}
     assert "one process per GPU" in checks["test_gpu_compute_mode[gpu0]"]["summary"]
 
 
-@pytest.mark.parametrize("profile", ["2x-l4", "4x-a100-pcie-no-bridge", "4x-h100-nvl-bridged-pairs", "8x-h800-hgx",
+@pytest.mark.parametrize("profile", ["l4-pair", "a100-pcie-no-bridges", "h100-nvl-bridged-pairs", "8x-h800-hgx",
                                      "8x-b200-hgx", "8x-unknown-nvswitch"])
 def test_healthy_pcie_pair_and_nvswitch_nodes_are_ready(pytester, monkeypatch, profile: str) -> None:
     """Row 6 and the done-when: PCIe is what these SKUs are; READY, the interconnect a PASS saying what it means."""
@@ -120,7 +121,7 @@ def test_healthy_pcie_pair_and_nvswitch_nodes_are_ready(pytester, monkeypatch, p
 
 def test_a_link_bound_plan_on_pcie_is_degraded_with_its_seconds_per_step(pytester, monkeypatch) -> None:
     """Done-when: with a link-bound plan (--model-params, FSDP) on PCIe the verdict is DEGRADED, with the cost."""
-    verdict, checks = run_row(pytester, monkeypatch, "4x-a100-pcie-no-bridge", None, "--preflight-model-params=1B",
+    verdict, checks = run_row(pytester, monkeypatch, "a100-pcie-no-bridges", None, "--preflight-model-params=1B",
                               "--preflight-strategy=fsdp")
     assert verdict == "DEGRADED"
     assert problems(checks) == {"test_gpu_interconnect": ("WARN", "TOPOLOGY_PCIE_ONLY")}
@@ -132,8 +133,7 @@ def test_a_link_bound_plan_on_pcie_is_degraded_with_its_seconds_per_step(pyteste
 
 def test_two_gpus_off_the_bus_are_two_findings(pytester, monkeypatch) -> None:
     """Row 7: one FAIL per lost GPU; every check that depends on them SKIPs saying so; no model mix."""
-    verdict, checks = run_row(pytester, monkeypatch, "8x-h100-sxm", {"lost_at_handle": [3, 6]},
-                              "--preflight-expect-gpus=8")
+    verdict, checks = run_row(pytester, monkeypatch, "two-gpus-off-the-bus", None, "--preflight-expect-gpus=8")
     assert verdict == "NOT READY"
     assert problems(checks) == {"test_gpu_responds[gpu3]": ("FAIL", "GPU_LOST"),
                                 "test_gpu_responds[gpu6]": ("FAIL", "GPU_LOST")}

@@ -543,3 +543,49 @@ HEALTHY_PROFILES = (
     "4x-h100-nvl-bridged-pairs",
 )
 """Machines with nothing wrong: every check must PASS or SKIP, whatever the interconnect (issue 24 item 4)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One machine of issue 24's table: a profile, the faults on it, the job's environment, and the source."""
+
+    profile: str
+    faults: dict[str, object]
+    environ: dict[str, str]
+    source: str
+
+
+ROWS: dict[str, Row] = {
+    "h800-fabric-manager-down": Row(
+        "8x-h800-hgx", {"fabric_manager_down": True}, {},
+        "HGX H800 as smi_q/H800-... shows it, with the fabric manager not running: fabric state In Progress "
+        "(Fabric Manager guide quoted in siderolabs/extensions#717; NVIDIA/NVSentinel#883/#889: FM dead for days, "
+        "'fabric.state stays In Progress indefinitely'), NVSwitches left untrained so the links stay down"),
+    "h800-gpu3-links-down": Row(
+        "8x-h800-hgx", {"nvlinks_missing": [3]}, {},
+        "one GPU of an NVSwitch board with every link down (NVIDIA/NVSentinel#1481-style link faults; topo -m shows "
+        "the healthy NV8 elsewhere: topo/8xH800-NV8-...)"),
+    "h100-gpu5-links-down-job-0-3": Row(
+        "8x-h100-sxm", {"nvlinks_missing": [5]}, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+        "an 8x H100 node (topo/8xH100-AWS-p5.48xlarge-...) with GPU5's links down and a job on half the node"),
+    "a100-mig-on-gpu0": Row(
+        "8x-a100-sxm", {"mig_enabled": [0]}, {},
+        "MIG on one GPU of an HGX A100 (a 3g.40gb slice: 40192 MiB in the 'MIG devices' table of public nvidia-smi "
+        "captures); CUDA enumerates one MIG device per process (MIG user guide via pytorch/pytorch#92315)"),
+    "h100-compute-prohibited-gpu2": Row(
+        "8x-h100-sxm", {"compute_mode": {str(i): 3 for i in range(8)} | {"2": 2}}, {},
+        "nvidia-smi -c EXCLUSIVE_PROCESS on the node and -c PROHIBITED on GPU2 (pynvml NVML_COMPUTEMODE_*; "
+        "'E. Process' in the nvidia-smi of NVIDIA/DIGITS#2005 and jade-hpc-gpu#59)"),
+    "l4-pair": Row("2x-l4", {}, {}, "GCP g2 with 2 L4 (a public nvidia-smi capture)"),
+    "a100-pcie-no-bridges": Row("4x-a100-pcie-no-bridge", {}, {}, "NVIDIA/NVSentinel#1481, NVIDIA/DCGM#49"),
+    "h100-nvl-bridged-pairs": Row("4x-h100-nvl-bridged-pairs", {}, {}, "H100 NVL product brief; azurehpc#162"),
+    "two-gpus-off-the-bus": Row(
+        "8x-h100-sxm", {"lost_at_handle": [3, 6]}, {},
+        "nvml.h nvmlDeviceGetHandleByIndex_v2: NVML_ERROR_GPU_IS_LOST 'if the target GPU has fallen off the bus'"),
+    "hung-driver": Row(
+        "2x-h100-nvl-hung", {}, {},
+        "NVIDIA/open-gpu-kernel-modules#1333 (every NVML call hangs in D state), leptonai/gpud#117 (nvidia-smi stuck); "
+        "run through the NVML child with --nvml-timeout 10: tests/test_nvml_timeout_e2e.py"),
+}
+"""Issue 24's table (the PYTHONPATH row is the torch probe's, tests of node/torch.py), each row's machine
+and where its behaviour comes from; tests/test_verdict_rows.py runs them end to end."""
