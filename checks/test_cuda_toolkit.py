@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.judge.cuda_runtime import judge_driver_for_torch, judge_gpu_arch, judge_torch_build
+from preflight.judge.cuda_runtime import judge_driver_for_torch, judge_job_gpu_arch, judge_torch_build
 from preflight.judge.toolkit import (
     jit_build_skip_reason,
     judge_build_tools,
@@ -15,7 +15,7 @@ from preflight.judge.toolkit import (
     judge_toolkit,
 )
 from preflight.outcome import skip
-from preflight.probe.cuda_node import CudaNode
+from preflight.node.cuda import CudaFacts
 from preflight.probe.deepspeed_ops import fresh_jit_build
 from preflight.probe.nvml_snapshot import GpuInfo
 from preflight.probe.toolkit import ToolkitFacts
@@ -23,29 +23,25 @@ from preflight.recording import Recorder
 from preflight.settings import Settings
 
 
-def test_torch_cuda_build(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode) -> None:
+def test_torch_cuda_build(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaFacts) -> None:
     """Is torch a CUDA build where there are NVIDIA GPUs?"""
     record(judge_torch_build(toolkit_facts.torch, cuda_node.gpu_count, cuda_node.driver))
 
 
 @pytest.mark.gpu
-def test_driver_supports_torch_cuda(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode) -> None:
+def test_driver_supports_torch_cuda(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaFacts) -> None:
     """Does the NVIDIA driver support the CUDA version torch was built with?"""
     record(judge_driver_for_torch(toolkit_facts.torch, cuda_node.driver, cuda_node.gpu_count))
 
 
 @pytest.mark.gpu
-def test_gpu_arch_in_torch(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, gpu: GpuInfo) -> None:
+def test_gpu_arch_in_torch(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaFacts, gpu: GpuInfo) -> None:
     """Does torch carry kernels for the GPU's compute capability?"""
-    capability = next((g for g in cuda_node.gpus or () if g.index == gpu.index), None)
-    if capability is None:
-        record(skip(f"GPU{gpu.index}: NVML reports no compute capability ({gpu.compute_capability})"))
-        return
-    record(judge_gpu_arch(toolkit_facts.torch, capability, cuda_node.driver))
+    record(judge_job_gpu_arch(toolkit_facts.torch, gpu, cuda_node))
 
 
 def test_cuda_toolkit_for_jit_builds(
-    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaFacts, frameworks: tuple[str, ...]
 ) -> None:
     """Is there a CUDA toolkit a JIT build can use?
 
@@ -59,7 +55,7 @@ def test_cuda_home_matches_path(record: Recorder, toolkit_facts: ToolkitFacts) -
 
 
 def test_deepspeed_accepts_toolkit(
-    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaFacts, frameworks: tuple[str, ...]
 ) -> None:
     """Does DeepSpeed's op builder accept the toolkit for torch's CUDA?
 
@@ -68,7 +64,7 @@ def test_deepspeed_accepts_toolkit(
 
 
 def test_deepspeed_accelerator(
-    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaFacts, frameworks: tuple[str, ...]
 ) -> None:
     """Does DeepSpeed pick the accelerator the node has?
 
@@ -77,7 +73,7 @@ def test_deepspeed_accelerator(
 
 
 def test_jit_build_tools(
-    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaNode, frameworks: tuple[str, ...]
+    record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaFacts, frameworks: tuple[str, ...]
 ) -> None:
     """Are ninja and a C++ compiler there for JIT-built ops?"""
     record(judge_build_tools(toolkit_facts, frameworks, cuda_node.gpu_count))

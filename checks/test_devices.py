@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from preflight.fixtures.gpus import own_pids
-from preflight.judge.devices import judge_device_agreement, judge_device_order, judge_gpu_count, judge_visible_devices
-from preflight.judge.gpus import (
+from preflight.judge.gpu_health import (
+    judge_compute_mode,
     judge_ecc,
     judge_gpu_busy,
     judge_gpu_models,
@@ -19,11 +19,16 @@ from preflight.judge.gpus import (
     judge_persistence,
     judge_throttling,
 )
+from preflight.judge.visible_devices import (
+    judge_device_agreement,
+    judge_device_order,
+    judge_gpu_count,
+    judge_visible_devices,
+)
 from preflight.node import Node
 from preflight.outcome import View
 from preflight.parse.visible_devices import VisibleDevices
 from preflight.probe.nvml_snapshot import GpuInfo
-from preflight.probe.torch_devices import TorchDevices
 from preflight.recording import Recorder
 from preflight.settings import Settings
 
@@ -37,19 +42,18 @@ def test_nvidia_gpu_present(record: Recorder, node: Node) -> None:
 
 def test_nvml(record: Recorder, settings: Settings, node: Node, gpu_table_view: View) -> None:
     """Does NVML start and list the GPUs?"""
-    verdict = judge_nvml(node.nvml, settings.expect_gpus, node.pci_gpus.count)
+    verdict = judge_nvml(node.nvml, settings.expect_gpus, node.pci_gpus.count, node.job_gpus)
     record(verdict.with_extra(views=[gpu_table_view]) if node.nvml.gpus else verdict)
 
 
-def test_gpu_count(record: Recorder, settings: Settings, node: Node, visible: VisibleDevices,
-                   torch_devices: TorchDevices) -> None:
+def test_gpu_count(record: Recorder, settings: Settings, node: Node, visible: VisibleDevices) -> None:
     """Does the job see the expected number of GPUs?"""
-    record(judge_gpu_count(visible, len(node.nvml.gpus), settings.expect_gpus, torch_devices))
+    record(judge_gpu_count(visible, node.job_sees, len(node.nvml.gpus), settings.expect_gpus, len(node.lost_gpus)))
 
 
-def test_devices_agree(record: Recorder, node: Node, visible: VisibleDevices, torch_devices: TorchDevices) -> None:
+def test_devices_agree(record: Recorder, node: Node, visible: VisibleDevices) -> None:
     """Do torch, NVML and CUDA_VISIBLE_DEVICES agree on the GPUs?"""
-    record(judge_device_agreement(visible, len(node.nvml.gpus), torch_devices))
+    record(judge_device_agreement(visible, len(node.nvml.gpus), node.torch))
 
 
 def test_cuda_visible_devices(record: Recorder, visible: VisibleDevices) -> None:
@@ -94,9 +98,15 @@ def test_gpu_memory_repairs(record: Recorder, gpu: GpuInfo) -> None:
 
 
 @pytest.mark.gpu
-def test_gpu_mig(record: Recorder, gpu: GpuInfo) -> None:
-    """Is MIG off on the GPU?"""
-    record(judge_mig(gpu))
+def test_gpu_mig(record: Recorder, gpu: GpuInfo, node: Node) -> None:
+    """Does the GPU's MIG setting suit the job?"""
+    record(judge_mig(gpu, node.job_devices, node.job.ranks))
+
+
+@pytest.mark.gpu
+def test_gpu_compute_mode(record: Recorder, gpu: GpuInfo) -> None:
+    """Does the GPU's compute mode let the job's rank create its CUDA context?"""
+    record(judge_compute_mode(gpu, own_pids=own_pids()))
 
 
 @pytest.mark.gpu

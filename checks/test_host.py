@@ -4,24 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from preflight.fixtures.host import ranks_note
 from preflight.judge.host import judge_checkpoint_disk, judge_cpu_memory, judge_memlock, judge_shm
 from preflight.judge.host_session import (
     default_port_user,
-    judge_environment,
+    judge_environment_per_rank,
     judge_leftover_processes,
     judge_pcie_evidence,
     judge_rendezvous_port,
     judge_session,
 )
 from preflight.parse.launch_command import LaunchCommand
-from preflight.probe.gpu_memory import GpuMemorySource
 from preflight.probe.host import ContainerFacts, CpuMemoryFacts, DiskFacts, MemlockFacts, ShmFacts
 from preflight.probe.host_pcie import PcieFacts
 from preflight.probe.host_processes import PortFacts, TrainingProcess
 from preflight.probe.host_session import SessionFacts
 from preflight.recording import Recorder
-from preflight.settings import Settings
+from preflight.node import Node
 
 
 def test_shared_memory(record: Recorder, shm_facts: ShmFacts, container_facts: ContainerFacts) -> None:
@@ -63,19 +61,15 @@ def test_rendezvous_port_free(
 
 
 def test_environment_hygiene(
-    record: Recorder, host_env: Mapping[str, str], job_ranks: int, cpu_memory_facts: CpuMemoryFacts
+    record: Recorder, host_env: Mapping[str, str], node: Node, cpu_memory_facts: CpuMemoryFacts
 ) -> None:
     """Is the environment free of variables that slow or break the job?"""
-    cpus = cpu_memory_facts.effective_cpus
-    record(judge_environment(host_env, ranks=job_ranks, cores_per_rank=cpus / job_ranks if cpus else None))
+    record(judge_environment_per_rank(host_env, node.job.ranks, cpu_memory_facts))
 
 
-def test_cpu_and_ram_per_rank(
-    record: Recorder, cpu_memory_facts: CpuMemoryFacts, job_ranks: int, gpu_memory: GpuMemorySource, settings: Settings
-) -> None:
+def test_cpu_and_ram_per_rank(record: Recorder, cpu_memory_facts: CpuMemoryFacts, node: Node) -> None:
     """Are there enough CPU cores and host RAM per rank for data loading?"""
-    verdict = judge_cpu_memory(cpu_memory_facts, job_ranks)
-    record(verdict.with_extra(evidence={"ranks": ranks_note(job_ranks, gpu_memory, settings)}))
+    record(judge_cpu_memory(cpu_memory_facts, node.job.ranks).with_extra(evidence={"ranks": node.job.source}))
 
 
 def test_iommu_and_acs(record: Recorder, pcie_facts: PcieFacts) -> None:

@@ -110,6 +110,13 @@ def fit_for(node: PlanNode, ranks: int, *, params: int | None, split: BytesPerPa
                            headroom=headroom or DEFAULT_HEADROOM, lora=lora)
 
 
+def unfit_why(node: PlanNode) -> str:
+    """Why the memory fit was not made: no model size given, or no GPU whose memory NVML reports."""
+    if node.memory:
+        return f"it needs --model-params ({len(node.memory)} GPU(s) visible to size it on)"
+    return "no GPU whose memory NVML reports is visible to the job"
+
+
 def nvme_spaces(config: DsConfig) -> dict[str, PathSpace]:
     """Free space of each ``nvme_path`` the config offloads to (a probe: statvfs and a write test)."""
     plan = zero_plan(config)
@@ -128,7 +135,8 @@ def ds_config_verdicts(config: DsConfig, node: PlanNode, world: JobWorld, fit: F
         PlanVerdict("ds_config_precision", "The DeepSpeed config's precision runs on these GPUs",
                     judge_ds_precision(config, node.capabilities)),
         PlanVerdict("ds_config_zero", "The DeepSpeed config's ZeRO stage and offload fit this node",
-                    judge_ds_zero(config, fit=fit, ranks=world.ranks, host=node.host, nvme=nvme_spaces(config))),
+                    judge_ds_zero(config, fit=fit, ranks=world.ranks, host=node.host, nvme=nvme_spaces(config),
+                                  unfit_why=unfit_why(node))),
         PlanVerdict("ds_config_keys", "Every key of the DeepSpeed config is one DeepSpeed reads",
                     judge_ds_keys(config, load_known_keys(), node.deepspeed_version)),
     ]

@@ -4,9 +4,8 @@ from __future__ import annotations
 
 import random
 
-import pytest
 
-from preflight.judge.devices import (
+from preflight.judge.visible_devices import (
     judge_device_agreement,
     judge_device_order,
     judge_gpu_count,
@@ -22,7 +21,7 @@ from preflight.parse.visible_devices import (
     parse_visible_devices,
     resolve_visible_devices,
 )
-from preflight.probe.torch_devices import TorchDevices, read_torch_devices
+from preflight.node.torch import JobTorch
 from tests.fakes.nvml import walk_fake
 
 
@@ -43,39 +42,47 @@ def visible(
     return resolve_visible_devices(parse_visible_devices(raw), identities(profile, **faults), parsed_order)
 
 
-def torch_sees(count: int | None, cuda: str | None = "12.4", error: str | None = None) -> TorchDevices:
-    return TorchDevices("2.13.0", cuda, count, error)
+def torch_sees(count: int | None, cuda: str | None = "12.4", error: str | None = None) -> JobTorch:
+    return JobTorch(python="python3", version="2.13.0", cuda=cuda, device_count=count, device_count_error=error)
 
 
 # -- count ---------------------------------------------------------------------------------------------
 
 
 def test_count_matches_expectation() -> None:
-    verdict = judge_gpu_count(visible(None), nvml_count=8, expected=8)
+    verdict = judge_gpu_count(visible(None), 8, nvml_count=8, expected=8)
     assert verdict.status is Status.PASS and "the job will see 8 GPU(s)" in verdict.summary
 
 
 def test_missing_gpu_fails_with_the_bus_hint() -> None:
-    verdict = judge_gpu_count(visible(None, absent_gpus={7}), nvml_count=7, expected=8)
+    verdict = judge_gpu_count(visible(None, absent_gpus={7}), 7, nvml_count=7, expected=8)
     assert (verdict.status, verdict.code) == (Status.FAIL, "GPU_COUNT_MISMATCH")
     assert "expected 8 GPU(s), but the job will see 7" in verdict.summary
     assert "xid" in (verdict.remediation or "")
 
 
 def test_variable_narrowing_the_count_is_named() -> None:
-    verdict = judge_gpu_count(visible("0,1"), nvml_count=8, expected=8)
+    verdict = judge_gpu_count(visible("0,1"), 2, nvml_count=8, expected=8)
     assert verdict.code == "GPU_COUNT_MISMATCH"
     assert "CUDA_VISIBLE_DEVICES='0,1'" in verdict.summary and "CUDA_VISIBLE_DEVICES" in (verdict.remediation or "")
 
 
 def test_zero_gpus_for_the_job_fails_without_expectation() -> None:
-    assert judge_gpu_count(visible(""), nvml_count=8, expected=None).code == "GPU_COUNT_MISMATCH"
+    assert judge_gpu_count(visible(""), 0, nvml_count=8, expected=None).code == "GPU_COUNT_MISMATCH"
 
 
-def test_mig_count_comes_from_torch() -> None:
+def test_lost_gpus_explaining_the_shortfall_are_the_nvml_checks_finding() -> None:
+    """Issue 24 item 5: two GPUs off the bus are two GPU_LOST FAILs, not also a count mismatch."""
+    seen = visible(None, absent_gpus={3, 6})
+    verdict = judge_gpu_count(seen, 6, nvml_count=8, expected=8, lost=2)
+    assert verdict.status is Status.SKIP and "2 GPU(s) fell off the bus" in verdict.summary
+
+
+def test_mig_count_is_the_node_models() -> None:
+    """Node.job_sees takes torch's count where NVML cannot predict it (MIG)."""
     seen = visible(None, "4x-a100-sxm-mixed-mig")
     assert seen.count_certain is False
-    assert judge_gpu_count(seen, nvml_count=4, expected=3, torch=torch_sees(3)).status is Status.PASS
+    assert judge_gpu_count(seen, 3, nvml_count=4, expected=3).status is Status.PASS
 
 
 # -- torch, NVML and the variable agree ------------------------------------------------------------------
@@ -97,7 +104,8 @@ def test_cpu_torch_on_a_gpu_machine_fails() -> None:
 
 
 def test_torch_missing_is_a_skip() -> None:
-    assert judge_device_agreement(visible(None), 8, TorchDevices(None, None, None, "no torch")).status is Status.SKIP
+    missing = JobTorch(python="python3", problem="import torch failed: no torch")
+    assert judge_device_agreement(visible(None), 8, missing).status is Status.SKIP
 
 
 def test_torch_count_error_fails() -> None:
@@ -194,24 +202,7 @@ def test_garbage_always_gives_verdicts() -> None:
         verdicts: list[Verdict] = [
             judge_visible_devices(seen),
             judge_device_order(seen, order, gpus),
-            judge_gpu_count(seen, 2, rng.choice([None, 1, 2, 8])),
+            judge_gpu_count(seen, seen.count, 2, rng.choice([None, 1, 2, 8])),
             judge_device_agreement(seen, 2, torch_sees(rng.randint(0, 2))),
         ]
         assert all(isinstance(v, Verdict) for v in verdicts)
-
-
-# -- torch probe ------------------------------------------------------------------------------------
-
-
-def test_torch_probe_in_process() -> None:
-    pytest.importorskip("torch")
-    found = read_torch_devices()
-    assert found.version is not None and found.error is None
-    assert isinstance(found.device_count, int)
-
-
-def test_torch_probe_for_mig_lists_runs_in_a_child(monkeypatch: pytest.MonkeyPatch) -> None:
-    pytest.importorskip("torch")
-    found = read_torch_devices({"CUDA_VISIBLE_DEVICES": "MIG-abc", "PATH": "/usr/bin:/bin"}, timeout_s=120)
-    assert found.error is None, found.error
-    assert found.version is not None and isinstance(found.device_count, int)

@@ -19,6 +19,7 @@ PER_GPU = (
     "test_gpu_ecc",
     "test_gpu_memory_repairs",
     "test_gpu_mig",
+    "test_gpu_compute_mode",
     "test_gpu_persistence",
     "test_gpu_throttling",
 )  # test_gpu_pcie_link reads a sample taken under the sweep's load: test_pcie_link_is_judged_under_load
@@ -107,7 +108,11 @@ FAULTS = [
         "GPU_RETIRED_PAGES_PENDING",
         5,
     ),
-    ("8x-a100-sxm", {"mig_enabled": [4]}, [], {}, "test_gpu_mig[gpu4]", "WARN", "GPU_MIG_ENABLED", 4),
+    ("8x-a100-sxm", {"mig_enabled": [4]}, [], {}, "test_gpu_mig[gpu4]", "FAIL", "GPU_MIG_IN_MULTI_GPU_JOB", 4),
+    ("8x-h100-sxm", {"compute_mode": {"2": 2}}, [], {}, "test_gpu_compute_mode[gpu2]", "FAIL", "GPU_COMPUTE_PROHIBITED",
+     2),
+    ("8x-h100-sxm", {"compute_mode": {"1": 3}, "processes": {"1": [[4242, 500]]}}, [], {},
+     "test_gpu_compute_mode[gpu1]", "FAIL", "GPU_EXCLUSIVE_BUSY", 1),
     ("8x-l40s", {"persistence_off": [2]}, [], {}, "test_gpu_persistence[gpu2]", "WARN", "GPU_PERSISTENCE_OFF", 2),
     (
         "8x-h100-sxm",
@@ -257,11 +262,26 @@ def test_k_selects_one_gpu(pytester: pytest.Pytester, monkeypatch: pytest.Monkey
     assert sorted(by_name(report)) == sorted(f"{name}[gpu3]" for name in PER_GPU)
 
 
-def test_mig_node_warns_per_mig_gpu(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_mig_slices_among_full_gpus_are_not_ready(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     report, _ = run_checks(pytester, monkeypatch, *fake("4x-a100-sxm-mixed-mig"))
     checks = by_name(report)
-    assert [checks[f"test_gpu_mig[gpu{i}]"]["status"] for i in range(4)] == ["WARN", "WARN", "PASS", "PASS"]
-    assert report["verdict"] == "DEGRADED"
+    assert [checks[f"test_gpu_mig[gpu{i}]"]["status"] for i in range(4)] == ["FAIL", "FAIL", "PASS", "PASS"]
+    assert "among 2 full GPU(s)" in checks["test_gpu_mig[gpu0]"]["summary"]
+    assert checks["test_gpu_models"]["status"] == "PASS"  # the physical GPUs are one model: MIG is its own finding
+    assert report["verdict"] == "NOT READY"
+
+
+def test_one_rank_on_a_mig_slice_is_fine(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
+    """CUDA_VISIBLE_DEVICES=MIG-<uuid>: the job is one rank on that slice (pytorch/pytorch#92315)."""
+    from tests.fakes.nvml import walk_fake
+
+    slice_ = walk_fake("4x-a100-sxm-mixed-mig").gpus[1].mig_devices
+    assert isinstance(slice_, tuple)
+    report, _ = run_checks(pytester, monkeypatch, *fake("4x-a100-sxm-mixed-mig"), env={"CUDA_VISIBLE_DEVICES": slice_[1]})
+    checks = by_name(report)
+    mig = checks["test_gpu_mig[gpu1]"]
+    assert mig["status"] == "PASS" and "MIG 3g.40gb, 40,192 MiB" in mig["summary"], mig["summary"]
+    assert report["verdict"] == "READY"
 
 
 # -- this CPU machine ---------------------------------------------------------------------------------

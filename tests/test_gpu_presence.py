@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from preflight.judge.gpus import judge_gpu_presence
+from preflight.judge.gpu_health import judge_gpu_presence
 from preflight.outcome import Status
 from preflight.probe.pci import nvidia_gpus_on_pci
 

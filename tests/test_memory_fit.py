@@ -254,3 +254,19 @@ def test_verdict_fail_names_memory_already_used() -> None:
     assert verdict.status is Status.FAIL
     assert "no memory usable (GPU 3 (NVIDIA H100 80GB HBM3) is the tightest, 70.00 GB already in use)" in verdict.summary
     assert verdict.remediation is not None and verdict.remediation.startswith("Free the memory already used on GPU 3")
+
+
+def test_a_zero_config_without_a_model_size_says_that_is_why() -> None:
+    """Issue 26: "memory fit not checked: it needs ... a visible GPU" while 8 GPUs were visible."""
+    from preflight.job_plan import PlanNode, unfit_why
+    from preflight.judge.ds_config import HostMemory, judge_ds_zero
+    from preflight.parse.ds_config import parse_ds_config
+
+    host = HostMemory(2048 * 2**30, 2000 * 2**30, None)
+    gpus = tuple(GpuMemory(i, "NVIDIA H100 80GB HBM3", 81559 * 2**20) for i in range(8))
+    node = PlanNode(8, 8, None, None, gpus, 8, "8 visible GPUs", 192, host, None)
+    verdict = judge_ds_zero(parse_ds_config('{"zero_optimization": {"stage": 3}}'), fit=None, ranks=8, host=host,
+                            unfit_why=unfit_why(node))
+    assert "memory fit not checked: it needs --model-params (8 GPU(s) visible to size it on)" in verdict.summary
+    bare = PlanNode(0, 0, None, None, (), 1, "no GPU", 8, host, None)
+    assert unfit_why(bare) == "no GPU whose memory NVML reports is visible to the job"

@@ -12,6 +12,7 @@ from preflight.judge.busbw_reference import (
     Expectation,
     Interconnect,
     classify_interconnect,
+    job_busbw_expectation,
     expected_busbw,
     gpu_family,
     lookup,
@@ -26,7 +27,7 @@ from preflight.judge.nccl import (
 from preflight.judge.nccl_env import costly_nccl_variables, judge_nccl_env
 from preflight.outcome import Status
 from preflight.parse.nccl_tests import parse_nccl_tests
-from preflight.probe.gpu_links import gpu_links
+from preflight.node.fabric import Layout
 from preflight.probe.sweep import RankNote, RunStatus, SizeResult, SweepRun, env_flag_set
 
 MIB = 1 << 20
@@ -267,36 +268,39 @@ def test_user_figure_wins() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "gpus", "nvlink", "gen", "link"),
-    [("NVIDIA H100 80GB HBM3", 8, True, 5, Interconnect.NVSWITCH), ("NVIDIA A40", 2, True, 4, Interconnect.NVLINK_BRIDGE),
-     ("NVIDIA A100 80GB PCIe", 4, False, 4, Interconnect.PCIE_GEN4), ("NVIDIA L40S", 4, None, 4, Interconnect.PCIE_GEN4),
-     ("NVIDIA L40S", 4, False, None, Interconnect.UNKNOWN), ("NVIDIA A40", 4, True, 4, Interconnect.UNKNOWN)],
+    ("layout", "gpus", "gen", "link"),
+    [(Layout.NVSWITCH, 8, 5, Interconnect.NVSWITCH), (Layout.NVLINK_ALL, 2, 4, Interconnect.NVLINK_BRIDGE),
+     (Layout.NVLINK_PAIRS, 4, 4, Interconnect.PCIE_GEN4), (Layout.PCIE, 4, 4, Interconnect.PCIE_GEN4),
+     (Layout.PCIE, 4, None, Interconnect.UNKNOWN), (Layout.NVLINK_ALL, 4, 4, Interconnect.UNKNOWN)],
 )
-def test_classify_interconnect(name: str, gpus: int, nvlink: bool | None, gen: int | None, link: Interconnect) -> None:
-    assert classify_interconnect(name, gpus, nvlink, gen) is link
+def test_classify_interconnect(layout: Layout, gpus: int, gen: int | None, link: Interconnect) -> None:
+    assert classify_interconnect(layout, gpus, gen) is link
+
+
+def _expectation(profile: str, gpus: int) -> Expectation | None:
+    from preflight.node.fabric import fabric_from
+    from tests.fakes.nvml import walk_fake
+
+    snapshot = walk_fake(profile)
+    job = snapshot.gpus[:gpus]
+    return job_busbw_expectation(job, fabric_from(snapshot).layout([g.index for g in job]))
 
 
 @pytest.mark.parametrize(
-    ("profile", "gpus", "nvlink", "gen", "figure"),
-    [("8x-h100-sxm", 8, True, 5, 475.0), ("8x-a100-sxm", 8, True, 4, 230.0), ("4x-a100-pcie-bridged", 4, False, 4, 25.0),
-     ("8x-l40s", 8, False, 4, 15.0), ("8x-v100-sxm2", 8, False, 3, None)],
+    ("profile", "gpus", "figure"),
+    [("8x-h100-sxm", 8, 475.0), ("8x-a100-sxm", 8, 230.0), ("4x-a100-pcie-bridged", 4, 25.0),
+     ("8x-l40s", 8, 15.0), ("8x-v100-sxm2", 8, None), ("8x-h200-hgx", 8, 475.0), ("8x-b200-hgx", 8, 830.0),
+     ("2x-l4", 2, 15.0), ("8x-unknown-nvswitch", 8, None)],
 )
-def test_expected_figure_from_fake_machines(profile: str, gpus: int, nvlink: bool, gen: int, figure: float | None) -> None:
-    from tests.fakes.nvml import walk_fake
-
-    links = gpu_links(walk_fake(profile), list(range(gpus)))
-    assert (links.nvlink_all_pairs, links.pcie_gen) == (nvlink, gen)
-    interconnect = classify_interconnect(links.names[0], gpus, links.nvlink_all_pairs, links.pcie_gen)
-    expectation = expected_busbw(links.names[0], gpus, interconnect)
+def test_expected_figure_from_fake_machines(profile: str, gpus: int, figure: float | None) -> None:
+    """The class from NVML (an H200/B200 board reaches NVSwitches whatever its name), the figure from the table."""
+    expectation = _expectation(profile, gpus)
     assert (expectation.busbw_gbps if expectation else None) == figure
 
 
 def test_bridged_pair_of_a_pcie_machine() -> None:
-    from tests.fakes.nvml import walk_fake
-
-    links = gpu_links(walk_fake("4x-a100-pcie-bridged"), [0, 1])
-    assert links.nvlink_all_pairs is True
-    assert classify_interconnect(links.names[0], 2, True, links.pcie_gen) is Interconnect.NVLINK_BRIDGE
+    expectation = _expectation("4x-a100-pcie-bridged", 2)
+    assert expectation is not None and expectation.platform == "2x A100 PCIe over NVLink bridge"
 
 
 # --- chart ----------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pynvml
 import pytest
 
 from preflight.probe.nvml import (
+    NVLINK_MAX_LINKS,
     NO_PERMISSION,
     NOT_SUPPORTED,
     P2P_CAPS_NVLINK,
@@ -138,13 +139,37 @@ def test_no_permission_is_a_value_too() -> None:
 
 
 def test_lost_gpu_is_a_failed_query_not_a_crash() -> None:
-    snapshot = walk_fake("8x-h100-sxm", gpu_lost={3})
+    with installed("8x-h100-sxm", gpu_lost={3}) as library:
+        assert library is not None
+        snapshot = walk(PynvmlBackend(), "fake")
     lost = snapshot.gpus[3]
-    assert lost.gpu_lost and lost.name is QUERY_FAILED and "GPU is lost" in lost.query_errors["name"]
-    assert lost.nvlinks is QUERY_FAILED and "GPU is lost" in lost.query_errors["nvlinks"]
+    assert lost.gpu_lost and lost.name is QUERY_FAILED and lost.nvlinks is QUERY_FAILED
+    assert list(lost.query_errors) == ["memory"] and "GPU is lost" in lost.query_errors["memory"]
     assert not snapshot.gpus[2].gpu_lost and snapshot.gpus[2].query_errors == {}
     pair = snapshot.pair(2, 3)
-    assert pair is not None and pair.nvlink_p2p is QUERY_FAILED and "GPU is lost" in pair.query_errors["nvlink_p2p"]
+    assert pair is not None and pair.nvlink_p2p is QUERY_FAILED and pair.query_errors == {"gpu_lost": "GPU 3 is lost"}
+
+
+def test_a_lost_gpu_is_asked_once_not_once_per_fact() -> None:
+    """A GPU that fell off the bus can take seconds per call; after the first GPU_IS_LOST the walk stops."""
+    with installed("8x-h100-sxm", gpu_lost={3}) as library:
+        assert library is not None
+        walk(PynvmlBackend(), "fake")
+        healthy = walk_fake("8x-h100-sxm")
+    assert library.calls["nvmlDeviceGetMemoryInfo_v2"] == 7 + 1
+    assert library.calls["nvmlDeviceGetName"] == 7 and library.calls["nvmlDeviceGetNvLinkState"] == 7 * NVLINK_MAX_LINKS
+    assert healthy.gpus[3].query_errors == {}
+
+
+def test_a_gpu_lost_at_its_handle_call_is_one_failed_query() -> None:
+    """nvml.h, nvmlDeviceGetHandleByIndex_v2: NVML_ERROR_GPU_IS_LOST "if the target GPU has fallen off the bus"."""
+    snapshot = walk_fake("8x-h100-sxm", lost_at_handle={2, 5})
+    for index in (2, 5):
+        lost = snapshot.gpus[index]
+        assert lost.gpu_lost and list(lost.query_errors) == ["handle"]
+        assert lost.uuid is QUERY_FAILED and lost.memory_total is QUERY_FAILED and lost.identity() is None
+    assert [g.index for g in snapshot.gpus if g.gpu_lost] == [2, 5]
+    assert all(p.query_errors == {} for p in snapshot.pairs if not {p.a, p.b} & {2, 5})
 
 
 def test_gpu_that_fell_off_the_bus_is_not_listed() -> None:

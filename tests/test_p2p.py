@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import torch
 
-from preflight.judge.p2p import judge_p2p, judge_p2p_launch
+from preflight.judge.p2p_copies import judge_p2p_copies, judge_p2p_copy_launch
 from preflight.outcome import Status
 from tests.launching import launch_phase
 from preflight.parse.topo import TopoMatrix
@@ -57,7 +57,7 @@ NV4 = TopoMatrix(gpus=("GPU0", "GPU1", "GPU2", "GPU3"),
 
 
 def test_all_pairs_good_pass_with_a_table() -> None:
-    verdict = judge_p2p({"pairs": _pairs(4)}, names={i: f"GPU{i}" for i in range(4)}, matrix=NV4)
+    verdict = judge_p2p_copies({"pairs": _pairs(4)}, names={i: f"GPU{i}" for i in range(4)}, matrix=NV4)
     assert verdict.status is Status.PASS
     assert verdict.summary == "12 directed copies between 4 GPUs verified, peer access on all; 150.0-150.0 GB/s"
     (view,) = verdict.views
@@ -66,42 +66,42 @@ def test_all_pairs_good_pass_with_a_table() -> None:
 
 
 def test_corrupt_and_failed_copies_fail_naming_the_pair() -> None:
-    corrupt = judge_p2p({"pairs": _pairs(3, **{"1-2": {"mismatches": 7, "first_bad_index": 99, "gbps": None}})})
+    corrupt = judge_p2p_copies({"pairs": _pairs(3, **{"1-2": {"mismatches": 7, "first_bad_index": 99, "gbps": None}})})
     assert corrupt.status is Status.FAIL and corrupt.code == "P2P_DATA_CORRUPT"
     assert "cuda1->cuda2 (7 of 16777216 values wrong, first at 99)" in corrupt.summary
     assert corrupt.views[0].data["highlight"] == [3]
-    broken = judge_p2p({"pairs": _pairs(2, **{"0-1": {"error": "RuntimeError: CUDA error", "gbps": None}})})
+    broken = judge_p2p_copies({"pairs": _pairs(2, **{"0-1": {"error": "RuntimeError: CUDA error", "gbps": None}})})
     assert broken.code == "P2P_COPY_FAILED" and "cuda0->cuda1 (RuntimeError: CUDA error)" in broken.summary
 
 
 def test_no_peer_access_warns_but_fails_where_nvlink_is_shown() -> None:
     pcie = TopoMatrix(gpus=("GPU0", "GPU1"), links=(("X", "SYS"), ("SYS", "X")))
     no_peer = {"0-1": {"can_access_peer": False}, "1-0": {"can_access_peer": False}}
-    verdict = judge_p2p({"pairs": _pairs(2, **no_peer)}, names={0: "GPU0", 1: "GPU1"}, matrix=pcie)
+    verdict = judge_p2p_copies({"pairs": _pairs(2, **no_peer)}, names={0: "GPU0", 1: "GPU1"}, matrix=pcie)
     assert verdict.status is Status.WARN and verdict.code == "P2P_NOT_SUPPORTED"
     assert "no peer access on 2 of 2 directed pairs (GPU0->GPU1, GPU1->GPU0)" in verdict.summary
-    nvlink = judge_p2p({"pairs": _pairs(4, **no_peer)}, names={i: f"GPU{i}" for i in range(4)}, matrix=NV4)
+    nvlink = judge_p2p_copies({"pairs": _pairs(4, **no_peer)}, names={i: f"GPU{i}" for i in range(4)}, matrix=NV4)
     assert nvlink.status is Status.FAIL and nvlink.code == "P2P_NVLINK_NOT_USABLE"
 
 
 def test_a_pair_far_below_its_peers_warns() -> None:
-    verdict = judge_p2p({"pairs": _pairs(4, **{"2-3": {"gbps": 40.0}})}, names={i: f"GPU{i}" for i in range(4)},
+    verdict = judge_p2p_copies({"pairs": _pairs(4, **{"2-3": {"gbps": 40.0}})}, names={i: f"GPU{i}" for i in range(4)},
                         matrix=NV4)
     assert verdict.status is Status.WARN and verdict.code == "P2P_SLOW_PAIR"
     assert verdict.summary.startswith("GPU2->GPU3 40.0 GB/s below half the median")
 
 
 def test_worker_skips_are_skips() -> None:
-    assert judge_p2p({"skipped": "1 CUDA device(s) visible: no pair to test"}).status is Status.SKIP
-    assert judge_p2p({"pairs": []}).status is Status.SKIP
+    assert judge_p2p_copies({"skipped": "1 CUDA device(s) visible: no pair to test"}).status is Status.SKIP
+    assert judge_p2p_copies({"pairs": []}).status is Status.SKIP
 
 
 @pytest.mark.subprocess
 def test_the_worker_launches_and_skips_without_gpus(tmp_path: Path) -> None:
     result = launch_phase("preflight.workers.p2p:run", nproc=1, run_dir=tmp_path, args=["--mib", "1"])
     assert result.ok, result.describe()
-    assert judge_p2p_launch(result) is None
-    outcome = judge_p2p((result.ranks[0].result or {})["result"])
+    assert judge_p2p_copy_launch(result) is None
+    outcome = judge_p2p_copies((result.ranks[0].result or {})["result"])
     assert outcome.status is Status.SKIP and "no CUDA device" in outcome.summary
 
 
@@ -113,6 +113,6 @@ def test_the_worker_launches_and_skips_without_gpus(tmp_path: Path) -> None:
 def test_a_stuck_or_crashing_copy_names_the_pair(tmp_path: Path, mode: str, budget_s: float, code: str,
                                                  words: str) -> None:
     result = launch_phase("tests.workers.p2p_stuck:run", nproc=1, budget_s=budget_s, run_dir=tmp_path, args=[mode])
-    verdict = judge_p2p_launch(result)
+    verdict = judge_p2p_copy_launch(result)
     assert verdict is not None and verdict.status is Status.FAIL and verdict.code == code
     assert words in verdict.summary

@@ -65,7 +65,8 @@ def test_healthy_nvswitch_node(pytester, monkeypatch, shared_fixtures):
     assert checks["test_gpu_cpu_affinity"]["summary"].startswith("GPU0-3: NUMA 0, CPUs 0-47,96-143")
     assert "test_p2p_copies" not in checks  # deselected: on a fake GPU node it would launch 8 CPU ranks
     assert checks["_node"]["topology"]["gpus"][7] == "GPU7"
-    assert checks["_html"].count('<td class="pfm-nv"') == 56
+    # the 56 NVLink cells twice: the interconnect check's matrix and the node's Links fact, shown as a matrix too
+    assert checks["_html"].count('<td class="pfm-nv"') == 2 * 56
 
 
 def test_one_gpu_missing_its_nvlinks_fails_naming_it(pytester, monkeypatch, shared_fixtures):
@@ -73,10 +74,10 @@ def test_one_gpu_missing_its_nvlinks_fails_naming_it(pytester, monkeypatch, shar
                         faults={"nvlinks_missing": [3]})
     nvlinks = checks["test_nvlinks_all_active"]
     assert nvlinks["status"] == "FAIL" and nvlinks["code"] == "NVLINK_LINKS_MISSING"
-    assert nvlinks["summary"].startswith("GPU3 has no active NVLink (peers have 18)")
+    assert nvlinks["summary"].startswith("GPU3 has no active NVLink (peers have 18; it is registered with an NVSwitch")
     assert "GPU0" not in nvlinks["summary"]
-    agree = checks["test_topology_sources_agree"]
-    assert agree["status"] == "WARN" and "GPU0-GPU3: nvidia-smi NV18, NVML NVLink P2P not available" in agree["summary"]
+    agree = checks["test_topology_sources_agree"]  # one fault, one finding: GPU3's pairs are the NVLink check's
+    assert agree["status"] == "PASS" and "GPU3 left out: NVLinks down" in agree["summary"], agree["summary"]
 
 
 def test_one_link_down_against_an_expected_count(pytester, monkeypatch, shared_fixtures):
@@ -87,12 +88,13 @@ def test_one_link_down_against_an_expected_count(pytester, monkeypatch, shared_f
     assert nvlinks["summary"].startswith("GPU6 has 11 of 12 NVLinks active (expected 12)")
 
 
-def test_bridge_pairs_warn_that_all_reduce_runs_at_pcie_speed(pytester, monkeypatch, shared_fixtures):
+def test_bridge_pairs_are_a_pass_that_says_what_they_mean(pytester, monkeypatch, shared_fixtures):
+    """Issue 24 item 4: a healthy bridged-pair node with no plan is READY; the layout is a fact."""
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / A100_PAIRS,
                         profile="4x-a100-pcie-bridged")
     layout = checks["test_gpu_interconnect"]
-    assert layout["status"] == "WARN" and layout["code"] == "TOPOLOGY_NVLINK_PAIRS_ONLY"
-    assert "only within pairs (0-1, 2-3)" in layout["summary"]
+    assert layout["status"] == "PASS" and layout["code"] is None
+    assert "only within pairs (0-1, 2-3)" in layout["summary"] and "training works either way" in layout["summary"]
     assert checks["test_nvlinks_all_active"]["status"] == "PASS"
     assert checks["test_topology_sources_agree"]["status"] == "PASS"
 
@@ -112,35 +114,38 @@ def test_a_broken_driver_skips_with_the_nvml_cause(pytester, monkeypatch):
     assert layout["status"] == "SKIP" and "the NVIDIA kernel driver is not loaded" in layout["summary"]
 
 
-def test_gpus_without_nvidia_smi_still_count_nvlinks(pytester, monkeypatch):
+def test_gpus_without_nvidia_smi_are_judged_from_nvml(pytester, monkeypatch):
     checks = run_checks(pytester, monkeypatch, smi=None, profile="8x-h100-sxm")
-    assert checks["test_gpu_interconnect"]["summary"] == (
-        "nvidia-smi not found on PATH: no topology matrix (NVML sees 8 GPUs)")
+    assert checks["test_gpu_interconnect"]["summary"].startswith("8 GPUs, all pairs NV18 (NVSwitch)")
     assert checks["test_nvlinks_all_active"]["status"] == "PASS"
+    assert checks["test_topology_sources_agree"]["summary"].startswith("nvidia-smi not found on PATH")
 
 
-def test_an_unreadable_matrix_on_a_gpu_node_is_an_error(pytester, monkeypatch):
+def test_an_unreadable_matrix_on_a_gpu_node_is_an_error_of_the_cross_check(pytester, monkeypatch):
     damaged = TEST_DATA / "topo" / "own" / "asymmetric.txt"
     checks = run_checks(pytester, monkeypatch, smi=damaged, profile="4x-a100-pcie-bridged")
-    layout = checks["test_gpu_interconnect"]
-    assert layout["status"] == "ERROR" and layout["code"] == "TOPOLOGY_UNREADABLE"
-    assert "not symmetric" in layout["summary"] and "nvidia-smi topo -m" in layout["evidence"]
+    assert checks["test_gpu_interconnect"]["status"] == "PASS"  # NVML names every pair's link
+    agree = checks["test_topology_sources_agree"]
+    assert agree["status"] == "ERROR" and agree["code"] == "TOPOLOGY_UNREADABLE"
+    assert "not symmetric" in agree["summary"] and "nvidia-smi topo -m" in agree["evidence"]
 
 
-def test_a_lost_gpu_makes_the_nvlink_check_an_error(pytester, monkeypatch, shared_fixtures):
+def test_a_lost_gpu_is_named_not_counted(pytester, monkeypatch, shared_fixtures):
+    """Issue 24 item 5: the lost GPU is test_gpu_responds' one finding; the topology checks name it."""
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / H100, profile="8x-h100-sxm",
                         faults={"gpu_lost": [2]})
     nvlinks = checks["test_nvlinks_all_active"]
-    assert nvlinks["status"] == "ERROR" and "GPU is lost" in nvlinks["summary"]
+    assert nvlinks["status"] == "PASS" and "GPU 2 is lost" in nvlinks["summary"], nvlinks["summary"]
     assert checks["test_gpu_interconnect"]["status"] == "PASS"
+    assert checks["test_topology_sources_agree"]["status"] == "SKIP"
 
 
 def test_a_bridge_less_a100_pcie_node_is_a_pcie_node_not_a_failure(pytester, monkeypatch, shared_fixtures):
     """Issue 14 item 1: 4x A100 80GB PCIe without bridges; NVML lists 12 inactive links per GPU
-    (NVIDIA/NVSentinel#1481). The node is PCIe: the layout WARNs as any PCIe node, nothing FAILs."""
+    (NVIDIA/NVSentinel#1481). The node is PCIe: the layout is a PASS saying so, nothing FAILs."""
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / L40S_4, profile="4x-a100-pcie-no-bridge")
     layout = checks["test_gpu_interconnect"]
-    assert layout["status"] == "WARN" and layout["code"] == "TOPOLOGY_PCIE_ONLY"
+    assert layout["status"] == "PASS" and "no NVLink" in layout["summary"]
     nvlinks = checks["test_nvlinks_all_active"]
     assert nvlinks["status"] == "SKIP" and "without NVLink bridges" in nvlinks["summary"], nvlinks["summary"]
     assert checks["test_topology_sources_agree"]["status"] == "PASS"

@@ -77,6 +77,17 @@ CODES = (
          "Any rank on that GPU crashes, and NCCL collectives on every other rank hang until the timeout.",
          "Read `sudo dmesg | grep -i xid`; reset with `sudo nvidia-smi -r -i <index>` or reboot; a GPU that drops "
          "again needs service.", kind=Kind.HARDWARE),
+    Code("GPU_COMPUTE_PROHIBITED",
+         "The GPU's compute mode is Prohibited: no process may create a CUDA context on it.",
+         "The job's rank on that GPU fails at its first CUDA call, and its peers hang in the first collective.",
+         "`sudo nvidia-smi -i <index> -c DEFAULT` (or ask the provider: a scheduler may set it on purpose).",
+         kind=Kind.BLOCKER),
+    Code("GPU_EXCLUSIVE_BUSY",
+         "The GPU's compute mode is Exclusive_Process and another process already holds a context on it.",
+         "Only one process may use the GPU: the job's rank cannot create its context (CUDA error 46, \"all "
+         "CUDA-capable devices are busy or unavailable\", NVIDIA/DIGITS#2005).",
+         "Stop the other process (`nvidia-smi --query-compute-apps=pid --format=csv -i <index>`), or set the default "
+         "mode: `sudo nvidia-smi -i <index> -c DEFAULT`.", kind=Kind.BLOCKER),
     Code("GPU_IN_USE",
          "Other processes hold memory on a GPU the job will use (WARN; FAIL at 10% of its memory or more).",
          "The job gets less memory than planned (out-of-memory at the first large batch) and shares the GPU's "
@@ -111,12 +122,15 @@ CODES = (
          "A memory page retirement is pending (GPUs before Ampere); it takes effect after a reset.",
          "The bad page stays in use until then and can corrupt data or crash a rank.",
          "Reset the GPU (`sudo nvidia-smi -r -i <index>`) or reboot.", kind=Kind.HARDWARE),
-    Code("GPU_MIG_ENABLED",
-         "MIG (Multi-Instance GPU) is on: a process sees one slice of the GPU.",
-         "A slice has a fraction of the memory and compute and no peer-to-peer or NVLink: DDP/FSDP across slices "
-         "is slow or does not start.",
-         "If the job needs whole GPUs: `sudo nvidia-smi -i <index> -mig 0`, then reset the GPU or reboot.",
-         kind=Kind.BLOCKER),
+    Code("GPU_MIG_IN_MULTI_GPU_JOB",
+         "MIG (Multi-Instance GPU) is on on a GPU of a job of more than one rank (a MIG slice among full GPUs, or "
+         "several slices).",
+         "A CUDA process enumerates one MIG device and MIG devices have no peer-to-peer access (MIG user guide, "
+         "pytorch/pytorch#92315): the `--nproc-per-node=gpu` ranks on that GPU fail (invalid device ordinal) or "
+         "NCCL stalls; the memory fit is the slice's, not the GPU's.",
+         "If the job needs whole GPUs: `sudo nvidia-smi -i <index> -mig 0`, then reset the GPU or reboot; or keep "
+         "the job off it (CUDA_VISIBLE_DEVICES listing full GPUs), or run one rank per slice "
+         "(CUDA_VISIBLE_DEVICES=MIG-<uuid>).", kind=Kind.BLOCKER),
     Code("GPU_MIG_PENDING",
          "MIG is set to turn on at the next GPU reset.",
          "A reset during or before the job (a recovery, a reboot) turns the GPU into slices.",

@@ -14,17 +14,20 @@ CODES = (
          "Run `nvidia-smi topo -m` by hand; the evidence quotes what failed (a missing nvidia-smi, an error, "
          "output of an unknown shape).", kind=Kind.BLOCKER),
     Code("TOPOLOGY_PCIE_ONLY",
-         "No NVLink between the GPUs: every GPU pair talks over PCIe.",
+         "No NVLink between the job's GPUs, and the plan is link-bound (--model-params with FSDP/ZeRO-3): the "
+         "summary gives the seconds per step the link costs. A PCIe node without such a plan is a PASS.",
          "All-reduce runs at PCIe speed (roughly 15-45 GB/s bus bandwidth against 200+ over NVSwitch), so "
          "communication-heavy strategies (FSDP, ZeRO-3) spend much of each step waiting.",
          "Prefer DDP or ZeRO-1/2, all-reduce less often (gradient accumulation), keep a small job on one CPU "
          "socket, or rent an NVSwitch (SXM) node if communication dominates.", kind=Kind.COST),
     Code("TOPOLOGY_NVLINK_PAIRS_ONLY",
-         "NVLink joins GPUs in pairs (bridges) only; the pairs reach each other over PCIe.",
+         "NVLink joins the job's GPUs in pairs (bridges) only, the pairs reach each other over PCIe, and the plan "
+         "is link-bound (the seconds per step are in the summary).",
          "A ring all-reduce over all the GPUs crosses PCIe, so collectives run near PCIe speed.",
          "As for TOPOLOGY_PCIE_ONLY; keep tensor parallelism inside a bridged pair.", kind=Kind.COST),
     Code("TOPOLOGY_RING_CROSSES_PCIE",
-         "The GPUs have some NVLinks but no ring through all of them stays on NVLink.",
+         "The job's GPUs have some NVLinks but no ring through all of them stays on NVLink, and the plan is "
+         "link-bound (the seconds per step are in the summary).",
          "NCCL's ring crosses a PCIe (or cross-socket) hop, which sets the pace of every all-reduce.",
          "As for TOPOLOGY_PCIE_ONLY; choosing GPUs that form an NVLink ring (CUDA_VISIBLE_DEVICES) avoids it.",
          kind=Kind.COST),
@@ -39,8 +42,18 @@ CODES = (
          "A link may be down: every collective through that GPU runs slower, and the whole job with it.",
          "Confirm with `nvidia-smi nvlink --status`; down links need a GPU reset, a reboot or a hardware ticket "
          "(ignore it when that GPU has no bridge by design).", kind=Kind.HARDWARE),
+    Code("FABRIC_NOT_READY",
+         "On an NVSwitch board the GPU's fabric registration is not complete (NVML fabric state Not Started or In "
+         "Progress, or Completed with an error): the fabric manager is not running, failed or does not match the "
+         "driver.",
+         "CUDA does not start on these GPUs (error 802, system not yet initialized) or NCCL falls back to PCIe; "
+         "the state stays In Progress until the fabric manager runs (NVIDIA/NVSentinel#889).",
+         "`sudo systemctl status nvidia-fabricmanager` and `journalctl -u nvidia-fabricmanager`; install the fabric "
+         "manager of the driver's exact version, restart it, and check `nvidia-smi -q | grep -i -A2 fabric` shows "
+         "Completed; or ask the provider.", kind=Kind.BLOCKER),
     Code("NVLINK_ALL_DOWN",
-         "NVLinks are expected (an SXM board, an NVSwitch, a bridge or --expect-nvlinks) but none is up.",
+         "NVLinks are expected (NVSwitches on the bus or at the links' far end, a bridged peer, peers of the "
+         "same model, or --expect-nvlinks) but none of the job's is up.",
          "NCCL falls back to PCIe or host memory: all-reduce runs a fraction of the node's speed.",
          "Check `nvidia-smi nvlink --status` and, on NVSwitch systems, `systemctl status nvidia-fabricmanager`; a "
          "GPU reset or reboot may bring the links up.", kind=Kind.HARDWARE),

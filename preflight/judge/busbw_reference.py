@@ -6,16 +6,21 @@ indexed in ``../shared/fixtures/INDEX.md``. A platform with no row gets no expec
 check reports what it measured and does not invent a threshold. The user's own figure
 (``--expect-busbw``) always wins.
 
-Interconnect is the slowest link the all-reduce ring must cross: GPUs that are all on one NVSwitch
-fabric are ``NVSWITCH``; a bridged *pair* with nothing else is ``NVLINK_BRIDGE``; as soon as the
-ring has to cross PCIe (for example two bridged pairs) it is the PCIe generation.
+Interconnect is the slowest link the all-reduce ring must cross, from the job's layout as NVML reports
+it (:mod:`preflight.node.fabric`): GPUs that all reach NVSwitches are ``NVSWITCH``; a bridged *pair*
+with nothing else is ``NVLINK_BRIDGE``; as soon as the ring has to cross PCIe (for example two bridged
+pairs) it is the PCIe generation. The GPU's name picks the row of the table (the figure), never the class.
 """
 
 from __future__ import annotations
 
 import enum
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+from preflight.node.fabric import Layout
+from preflight.probe.nvml_snapshot import GpuInfo
 
 
 class Interconnect(str, enum.Enum):
@@ -175,23 +180,31 @@ def expected_busbw(
     return Expectation(reference.busbw_gbps, reference.source, platform)
 
 
-NVSWITCH_FAMILIES = frozenset({"H100 SXM", "H200 SXM", "A100 SXM", "B200", "B300", "GB200", "GH200"})
+def classify_interconnect(layout: Layout, gpus: int, pcie_gen: int | None) -> Interconnect:
+    """The slowest link class the ring crosses, from the job's layout as NVML reports it (never from the
+    GPU's name) and the lowest maximum PCIe generation of its GPUs.
 
-
-def classify_interconnect(
-    gpu_name: str, gpus: int, nvlink_all_pairs: bool | None, pcie_gen: int | None
-) -> Interconnect:
-    """The slowest link class the ring crosses, from NVML's NVLink P2P status and PCIe generation.
-
-    Every pair on NVLink is an NVSwitch fabric for SXM parts and a bridge for a pair of PCIe cards;
-    otherwise some hop crosses PCIe and its generation decides.
+    Every GPU reaching NVSwitches is the NVSwitch class; two GPUs joined directly (a bridge, a board link)
+    the bridge class; a direct mesh of more GPUs has no row (UNKNOWN); otherwise some hop crosses PCIe and
+    its generation decides.
     """
-    if nvlink_all_pairs and gpus >= 2:
-        if gpu_family(gpu_name) in NVSWITCH_FAMILIES:
-            return Interconnect.NVSWITCH
-        if gpus == 2:
-            return Interconnect.NVLINK_BRIDGE
-        return Interconnect.UNKNOWN
+    if gpus >= 2 and layout is Layout.NVSWITCH:
+        return Interconnect.NVSWITCH
+    if layout is Layout.NVLINK_ALL:
+        return Interconnect.NVLINK_BRIDGE if gpus == 2 else Interconnect.UNKNOWN
     return {3: Interconnect.PCIE_GEN3, 4: Interconnect.PCIE_GEN4, 5: Interconnect.PCIE_GEN5}.get(
         pcie_gen or 0, Interconnect.UNKNOWN
     )
+
+
+def job_busbw_expectation(gpus: Sequence[GpuInfo], layout: Layout, override_gbps: float | None = None,
+                          ranks: int = 0) -> Expectation | None:
+    """What the job's all-reduce is judged against: ``--expect-busbw``, else the table's row for the job's
+    GPUs (their model and count; ``layout`` from NVML, :attr:`preflight.node.Node.fabric`), else None."""
+    fallback = Expectation(float(override_gbps), "given with --expect-busbw", f"{ranks} ranks") \
+        if override_gbps else None
+    if len(gpus) < 2:
+        return fallback
+    gens = [g.pcie_max[0] for g in gpus if isinstance(g.pcie_max, tuple)]
+    interconnect = classify_interconnect(layout, len(gpus), min(gens) if len(gens) == len(gpus) else None)
+    return expected_busbw(str(gpus[0].name), len(gpus), interconnect, override_gbps)

@@ -8,8 +8,6 @@ torch carry kernels (or PTX the driver can JIT) for each GPU's compute capabilit
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from preflight.judge.cuda_tables import (
     DRIVER_MIN_FOR_CUDA,
     MVC_DRIVER_MIN,
@@ -21,45 +19,14 @@ from preflight.judge.cuda_tables import (
     wheel_for_capability,
     wheel_for_driver,
 )
+from preflight.node.cuda import CudaFacts, DriverFacts, GpuCapability, cuda_from_nvml
 from preflight.outcome import Verdict, fail, passed, skip, warn
+from preflight.probe.nvml_snapshot import GpuInfo
 from preflight.probe.toolkit import TorchFacts
 
 TORCH_INDEX = "https://download.pytorch.org/whl"
-
-
-@dataclass(frozen=True, slots=True)
-class DriverFacts:
-    """The driver as NVML reports it (``nvmlSystemGetDriverVersion``/``GetCudaDriverVersion``)."""
-
-    version: str | None
-    cuda: tuple[int, int] | None
-    problem: str | None = None
-
-    def describe(self) -> str:
-        """``driver 550.54.15 (CUDA 12.4)``."""
-        cuda = f" (CUDA {self.cuda[0]}.{self.cuda[1]})" if self.cuda else ""
-        return f"driver {self.version or 'of unknown version'}{cuda}"
-
-
-@dataclass(frozen=True, slots=True)
-class GpuCapability:
-    """One GPU's compute capability, e.g. ``GpuCapability(0, "NVIDIA H100 80GB HBM3", (9, 0))``."""
-
-    index: int
-    name: str
-    capability: tuple[int, int]
-
-    @property
-    def sm(self) -> str:
-        """``sm_90``."""
-        return f"sm_{self.capability[0]}{self.capability[1]}"
-
-
-def cuda_from_nvml(value: int | None) -> tuple[int, int] | None:
-    """``nvmlSystemGetCudaDriverVersion`` encodes 12.4 as ``12040`` (1000*major + 10*minor)."""
-    if value is None or value <= 0:
-        return None
-    return value // 1000, (value % 1000) // 10
+__all__ = ["DriverFacts", "GpuCapability", "cuda_from_nvml", "judge_driver_for_torch", "judge_gpu_arch",
+           "judge_job_gpu_arch", "judge_torch_build"]
 
 
 def _release(release: tuple[int, int]) -> str:
@@ -198,3 +165,14 @@ def judge_gpu_arch(torch: TorchFacts, gpu: GpuCapability, driver: DriverFacts | 
         _reinstall(torch, wheel, f"which carries {gpu.sm} kernels"),
         evidence=evidence,
     )
+
+
+def judge_job_gpu_arch(torch: TorchFacts, gpu: GpuInfo, cuda: CudaFacts) -> Verdict:
+    """:func:`judge_gpu_arch` for one of the job's GPUs, or SKIP saying why its capability is not known
+    (a lost GPU is one finding, the NVML check's)."""
+    capability = cuda.capability(gpu.index)
+    if capability is not None:
+        return judge_gpu_arch(torch, capability, cuda.driver)
+    if gpu.gpu_lost:
+        return skip(f"GPU {gpu.index} is lost: its compute capability cannot be read (see test_gpu_responds)")
+    return skip(f"GPU{gpu.index}: NVML reports no compute capability ({gpu.compute_capability})")

@@ -573,8 +573,10 @@ def judge_ds_zero(
     ranks: int,
     host: HostMemory,
     nvme: Mapping[str, PathSpace] | None = None,
+    unfit_why: str = "it needs --model-params and a visible GPU",
 ) -> Verdict:
-    """The config's ZeRO stage and offload against the memory fit, host RAM, ``ulimit -l`` and NVMe space."""
+    """The config's ZeRO stage and offload against the memory fit, host RAM, ``ulimit -l`` and NVMe space.
+    ``unfit_why`` says why there is no ``fit`` (issue 26: not "a visible GPU" while 8 are visible)."""
     findings: list[Finding] = []
     plan = zero_plan(config, findings)
     subject = f"{config.source} ZeRO"
@@ -587,8 +589,7 @@ def judge_ds_zero(
                                "offload_param": plan.offload_param}
     metrics: list[Metric] = []
     if fit is None:
-        summary = (f"{title}{_offload_text(plan)} (memory fit not checked: it needs --model-params and a visible "
-                   "GPU)")
+        summary = f"{title}{_offload_text(plan)} (memory fit not checked: {unfit_why})"
         return findings_verdict(findings, ok_summary=summary, subject=subject, details=details)
     strategy = STAGE_STRATEGY[plan.stage]
     need = next(f for f in fit.strategies if f.need.name == strategy).need

@@ -9,6 +9,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from preflight.judge.job_environment import EVIDENCE_NAMES, JobEnvFinding, job_environment_findings
+from preflight.probe.host import CpuMemoryFacts
 from preflight.outcome import Metric, Verdict, passed, skip, warn
 from preflight.parse.launch_command import LaunchCommand
 from preflight.probe.host_pcie import PcieFacts
@@ -181,6 +182,12 @@ def env_findings(env: Mapping[str, str], *, ranks: int, cores_per_rank: float | 
 def env_notes(env: Mapping[str, str]) -> list[JobEnvFinding]:
     """Variables worth a word that do not change the job (``MASTER_PORT`` under ``--standalone``)."""
     return [f for f in job_environment_findings(env, ranks=1, cores_per_rank=None) if not f.warns]
+
+
+def judge_environment_per_rank(env: Mapping[str, str], ranks: int, cpu: CpuMemoryFacts) -> Verdict:
+    """:func:`judge_environment` for the job's ranks on this host's usable CPUs."""
+    cpus = cpu.effective_cpus
+    return judge_environment(env, ranks=ranks, cores_per_rank=cpus / ranks if cpus and ranks else None)
 
 
 def judge_environment(env: Mapping[str, str], *, ranks: int, cores_per_rank: float | None) -> Verdict:

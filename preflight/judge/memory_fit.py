@@ -36,8 +36,8 @@ from preflight.outcome import Metric, Verdict, View, fail, passed, warn
 from preflight.parse.quantity import Headroom, format_bytes, format_param_count
 from preflight.probe.gpu_memory import GpuMemory
 
-__all__ = ["DEFAULT_HEADROOM", "FitPlan", "GpuMemory", "StrategyFit", "judge_memory_fit", "plan_as_dict",
-           "plan_lines", "plan_memory_fit", "strategy_view"]
+__all__ = ["DEFAULT_HEADROOM", "FitPlan", "GpuMemory", "StrategyFit", "judge_memory_fit", "judge_planned_fit",
+           "plan_as_dict", "plan_lines", "plan_memory_fit", "strategy_view"]
 
 DEFAULT_HEADROOM = Headroom(fraction=Decimal("0.2"))
 
@@ -375,3 +375,14 @@ def _metrics(plan: FitPlan) -> tuple[Metric, ...]:
         for fit in plan.strategies
     ]
     return tuple(found)
+
+
+def judge_planned_fit(plan: FitPlan | Verdict, selected: Sequence[str], source: str) -> Verdict:
+    """The memory-fit check: the plan's verdict pointing at the rehearsal of its recommended strategy, with
+    where the GPUs' memory came from; a Verdict instead of a plan (no --model-params, no GPU) as it is."""
+    if isinstance(plan, Verdict):
+        return plan
+    from preflight.judge.strategies import with_rehearsal_pointer
+
+    verdict = with_rehearsal_pointer(judge_memory_fit(plan), plan.recommended, selected, plan.fitting)
+    return verdict.with_extra(evidence={"gpu memory source": source})

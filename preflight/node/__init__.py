@@ -11,17 +11,28 @@ job's interpreter, :mod:`preflight.node.torch`). Everything else is derived, on 
 - :attr:`Node.job`: the one answer to "how many ranks, on GPUs or not" that every check, the report
   and ``preflight merge`` use;
 - :attr:`Node.launch_job`: the same answer before the job's torch has answered, for the one reader
-  that must not wait for it: the rehearsal launch, which checks it against :attr:`Node.job` later.
+  that must not wait for it: the rehearsal launch, which checks it against :attr:`Node.job` later;
+- :attr:`Node.job_devices`: what each rank gets (a whole GPU, or the MIG slice CUDA enumerates there,
+  :mod:`preflight.node.devices`); :attr:`Node.lost_gpus`: GPUs that fell off the bus;
+- :attr:`Node.fabric`: how the GPUs are linked, from NVML's remote device types and fabric states and
+  the NVSwitches on the PCI bus (:mod:`preflight.node.fabric`), and :attr:`Node.job_layout`;
+- :attr:`Node.cuda`: the driver and the job's compute capabilities (:mod:`preflight.node.cuda`);
+- :meth:`Node.smi_topology`: ``nvidia-smi topo -m`` through the command transport, with a short deadline
+  once NVML has hung (the same driver answers both).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
+from preflight.node.cuda import CudaFacts, cuda_facts
+from preflight.node.devices import CudaDevice, job_devices
+from preflight.node.fabric import Fabric, JobTopology, Layout, fabric_from, job_topology
+from preflight.node.host import HostFacts
 from preflight.node.torch import JobTorch, read_job_torch
 from preflight.node.transports import Transports
 from preflight.parse.visible_devices import (
@@ -29,6 +40,7 @@ from preflight.parse.visible_devices import (
     VISIBLE_DEVICES_VAR,
     DeviceOrder,
     GpuIdentity,
+    SelectorKind,
     VisibleDevices,
     VisibleDevicesError,
     parse_device_order,
@@ -38,8 +50,12 @@ from preflight.parse.visible_devices import (
 from preflight.probe.nvml_probe import NVML_TIMEOUT_S, probe_failed_error, take_snapshot
 from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 from preflight.probe.pci import PciGpus, nvidia_gpus_on_pci
+from preflight.probe.topology import SMI_TIMEOUT_S, SmiTopology, read_smi_topology
 
 CPU_RANKS = 2  # a CPU rehearsal on gloo: two ranks are the least that exercise a collective
+AFTER_HUNG_DRIVER_S = 5.0
+"""The deadline of every further driver call once NVML did not answer: ``nvidia-smi`` goes through the
+same driver and waits on it just as long (issue 24: 132 s on a node whose NVML hung at 10 s)."""
 T = TypeVar("T")
 
 
@@ -141,6 +157,7 @@ class Node:
         self._torch = _Background("preflight-torch-probe", lambda: read_job_torch(transports),
                                   lambda why: JobTorch(python=transports.python,
                                                        problem=f"the torch probe failed: {why}"))
+        self._smi: SmiTopology | None = None
 
     # -- the two probed facts -----------------------------------------------------------------------
 
@@ -192,10 +209,26 @@ class Node:
 
     @cached_property
     def job_gpus(self) -> tuple[GpuInfo, ...]:
-        """The GPUs the job uses, in CUDA order: the visible ones, the first ``--nproc`` of them."""
+        """The GPUs the job uses, in CUDA order: the visible ones, the first ``--nproc`` of them. A GPU NVML
+        cannot identify (lost) is the job's unless ``CUDA_VISIBLE_DEVICES`` names the job's GPUs without it
+        (CUDA does not enumerate a GPU that fell off the bus, so the variable's indices and UUIDs resolve
+        among the others)."""
         identified = [g for g in self.visible_gpus if g.identity() is not None]
         lost = [g for g in self.visible_gpus if g.identity() is None]
-        return tuple((identified[: self.nproc] if self.nproc else identified) + lost)
+        chosen = self.visible is not None and self.visible.setting.kind is not SelectorKind.ALL
+        return tuple((identified[: self.nproc] if self.nproc else identified) + ([] if chosen else lost))
+
+    @cached_property
+    def job_sees(self) -> int:
+        """How many GPUs the job will see: what CUDA_VISIBLE_DEVICES leaves of NVML's GPUs, or torch's own
+        count where NVML cannot predict it (MIG: a process sees one slice)."""
+        visible = self.visible
+        if visible is None:
+            return 0
+        torch = self.torch
+        if not visible.count_certain and torch.device_count is not None:
+            return torch.device_count
+        return visible.count
 
     @cached_property
     def job(self) -> Job:
@@ -223,9 +256,62 @@ class Node:
         return gpu_job(visible, self.job_gpus, self.nproc, "one per GPU NVML shows the job")
 
     @cached_property
+    def host(self) -> HostFacts:
+        """The host's facts (shared memory, CPUs, RAM, processes, session, ...), each probed once."""
+        return HostFacts(self.transports)
+
+    @property
+    def environ(self) -> Mapping[str, str]:
+        """The environment the job inherits."""
+        return self.transports.environ
+
+    @cached_property
     def pci_gpus(self) -> PciGpus:
-        """NVIDIA GPUs on the PCI bus (sysfs), whatever the driver says."""
+        """NVIDIA GPUs (and NVSwitches) on the PCI bus (sysfs), whatever the driver says."""
         return nvidia_gpus_on_pci(self.transports.root)
+
+    @cached_property
+    def job_devices(self) -> tuple[CudaDevice, ...]:
+        """What each of the job's GPUs gives a rank, in CUDA order: the GPU, or its MIG slice."""
+        return job_devices(self.job_gpus, self.visible)
+
+    @cached_property
+    def lost_gpus(self) -> tuple[GpuInfo, ...]:
+        """The job's GPUs that answered GPU_IS_LOST (fallen off the bus)."""
+        return tuple(g for g in self.job_gpus if g.gpu_lost)
+
+    @cached_property
+    def fabric(self) -> Fabric:
+        """How every GPU of the node is linked, from what the driver reports."""
+        return fabric_from(self.nvml, len(self.pci_gpus.nvswitch_bus_ids))
+
+    @cached_property
+    def job_layout(self) -> Layout:
+        """How the job's GPUs are connected to each other (SINGLE for one GPU)."""
+        return self.fabric.layout([g.index for g in self.job_gpus if not g.gpu_lost])
+
+    @cached_property
+    def cuda(self) -> CudaFacts:
+        """The driver and the compute capability of each of the job's GPUs."""
+        return cuda_facts(self.nvml, self.job_gpus if self.nvml.gpus else ())
+
+    @property
+    def nvml_hung(self) -> bool:
+        """True when the NVML walk did not answer in time (the driver is wedged)."""
+        return self.nvml.error is not None and self.nvml.error.code == "NVML_TIMEOUT"
+
+    def job_topology(self, budget_s: float = SMI_TIMEOUT_S) -> JobTopology:
+        """The job's GPUs' links from NVML and from ``nvidia-smi topo -m`` (run once, within ``budget_s``)."""
+        smi = self.smi_topology(budget_s)
+        return job_topology(self.fabric, self.job_gpus, self.nvml.gpus, smi.matrix, smi.raw, smi.problem, smi.missing,
+                            self.nvml.unavailable)
+
+    def smi_topology(self, budget_s: float = SMI_TIMEOUT_S) -> SmiTopology:
+        """``nvidia-smi topo -m`` (run once, within ``budget_s``; :data:`AFTER_HUNG_DRIVER_S` after NVML hung)."""
+        if self._smi is None:
+            timeout = min(SMI_TIMEOUT_S, budget_s, AFTER_HUNG_DRIVER_S if self.nvml_hung else SMI_TIMEOUT_S)
+            self._smi = read_smi_topology(self.transports.run, max(1.0, timeout))
+        return self._smi
 
     def gpu(self, index: int) -> GpuInfo:
         """The GPU at NVML ``index``."""
@@ -258,6 +344,8 @@ class Node:
             "gpus": [{"cuda_index": cuda_index.get(g.index), **g.as_dict()} for g in self.job_gpus],
             "not_used_by_the_job": [g.index for g in snapshot.gpus if g not in self.job_gpus],
             "on_pci_bus": self.pci_gpus.count,
+            "nvswitches_on_pci_bus": len(self.pci_gpus.nvswitch_bus_ids),
+            "job_interconnect": self.job_layout.value if snapshot.gpus else None,
         }
 
     def as_dict(self, *, wait: bool = True) -> dict[str, Any]:

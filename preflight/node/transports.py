@@ -3,15 +3,16 @@
 A run builds its :class:`Transports` once from the ``pytest_preflight_transports`` hook (firstresult;
 preflight's own implementation returns the real ones). A test-only plugin returns fakes at the
 lowest layer: a fake NVML C library under the real nvidia-ml-py binding, a command runner that
-answers like a captured command, an environment, a filesystem root. Nothing else in preflight
-knows whether a transport is real.
+answers like a captured command, an environment, a filesystem root (``/proc``, ``/sys``, ``/etc``
+laid out under it) and the ``statvfs`` of that filesystem (the one fact a directory tree cannot
+carry: how big a mount is). Nothing else in preflight knows whether a transport is real.
 """
 
 from __future__ import annotations
 
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -32,3 +33,4 @@ class Transports:
     environ: Mapping[str, str] = field(default_factory=_environment)
     python: str = sys.executable  # the job's interpreter: torch is asked there, torchrun runs it
     root: Path = Path("/")
+    statvfs: Callable[[str], os.statvfs_result] = os.statvfs  # sizes of the mounts under ``root``

@@ -1,6 +1,7 @@
-"""Each of the job's GPUs' total and available memory, for the memory fit, from the run's NVML snapshot.
+"""Each of the job's devices' total and available memory, for the memory fit, from the run's NVML snapshot.
 
-Only the GPUs the job uses count (the node model's ``job_gpus``: ``CUDA_VISIBLE_DEVICES`` applied).
+Only the devices the job uses count (the node model's ``job_devices``: ``CUDA_VISIBLE_DEVICES`` applied, a
+MIG-enabled GPU counted as the slice CUDA enumerates there, a lost GPU as unknown memory).
 """
 
 from __future__ import annotations
@@ -8,8 +9,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from preflight.node.devices import CudaDevice
 from preflight.probe.nvml import Absent
-from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
+from preflight.probe.nvml_snapshot import NvmlSnapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,17 +33,19 @@ class GpuMemorySource:
     reason: str | None = None
 
 
-def from_inventory(snapshot: NvmlSnapshot, gpus: Sequence[GpuInfo]) -> GpuMemorySource:
-    """The memory of ``gpus`` (the job's, from the run's NVML snapshot). Memory the driver keeps
-    (``memory_reserved``) is as unavailable to the job as memory in use."""
+def from_inventory(snapshot: NvmlSnapshot, devices: Sequence[CudaDevice]) -> GpuMemorySource:
+    """The memory of ``devices`` (the job's, from the run's NVML snapshot). Memory the driver keeps
+    (``memory_reserved``) is as unavailable to the job as memory in use; a MIG slice has its own figures."""
     found: list[GpuMemory] = []
-    for gpu in gpus:
-        total = gpu.memory_total
+    for device in devices:
+        if device.gpu.gpu_lost:
+            return GpuMemorySource((), "gpu inventory", f"GPU {device.index} is lost: its memory cannot be read")
+        total = device.memory_total
         if isinstance(total, Absent):
-            return GpuMemorySource((), "gpu inventory", f"GPU {gpu.index} memory is unknown ({total})")
-        taken = sum(v for v in (gpu.memory_used, gpu.memory_reserved) if isinstance(v, int))
-        found.append(GpuMemory(gpu.index, str(gpu.name), total, taken))
+            return GpuMemorySource((), "gpu inventory", f"GPU {device.index} memory is unknown ({total})")
+        found.append(GpuMemory(device.index, device.name, total, device.memory_taken))
     if not found:
         cause = snapshot.error.cause if snapshot.error is not None else "the job uses no GPU NVML lists"
         return GpuMemorySource((), "gpu inventory", f"no NVIDIA GPU visible: {cause}")
-    return GpuMemorySource(tuple(found), "gpu inventory")
+    mig = [d.describe() for d in devices if d.is_mig]
+    return GpuMemorySource(tuple(found), "gpu inventory" + (f" ({', '.join(mig)}: the slice's memory)" if mig else ""))

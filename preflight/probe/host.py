@@ -131,6 +131,24 @@ def probe_container(root: Path = ROOT, env: Mapping[str, str] | None = None) -> 
     return ContainerFacts(in_container=bool(kinds), kind=container_kind, evidence=tuple(evidence))
 
 
+def limits_of(path: Path) -> Callable[[int], tuple[int, int]]:
+    """A ``getrlimit`` for RLIMIT_MEMLOCK read from ``/proc/<pid>/limits`` ("Max locked memory  65536
+    65536  bytes", proc(5)); OSError when the file cannot be read."""
+
+    def getrlimit(which: int) -> tuple[int, int]:
+        for line in path.read_text().splitlines():
+            if line.startswith("Max locked memory"):
+                soft, hard = line[len("Max locked memory"):].split()[:2]
+                return _rlimit(soft), _rlimit(hard)
+        raise OSError(f"{path}: no 'Max locked memory' line")
+
+    return getrlimit
+
+
+def _rlimit(text: str) -> int:
+    return resource.RLIM_INFINITY if text == "unlimited" else int(text)
+
+
 def probe_memlock(
     getrlimit: Callable[[int], tuple[int, int]] = resource.getrlimit,
     rdma_dir: Path = ROOT / "sys/class/infiniband",
@@ -191,6 +209,30 @@ def probe_cpu_memory(
 def _own_affinity() -> set[int]:
     """CPUs this process may run on."""
     return os.sched_getaffinity(0)
+
+
+def cpu_list(text: str) -> set[int]:
+    """``0-3,8,10-11`` (the kernel's cpu list format) as a set; empty for anything else."""
+    found: set[int] = set()
+    for part in text.strip().split(","):
+        low, _, high = part.partition("-")
+        if not low.isdigit() or (high and not high.isdigit()):
+            return set()
+        found.update(range(int(low), int(high or low) + 1))
+    return found
+
+
+def online_cpus(root: Path) -> int | None:
+    """Logical CPUs online (``/sys/devices/system/cpu/online``), None when unreadable."""
+    return len(cpu_list(_read(root / "sys/devices/system/cpu/online") or "")) or None
+
+
+def allowed_cpus(root: Path) -> set[int]:
+    """CPUs this process may run on (``Cpus_allowed_list`` of ``/proc/self/status``); OSError when unknown."""
+    for line in (_read(root / "proc/self/status") or "").splitlines():
+        if line.startswith("Cpus_allowed_list:"):
+            return cpu_list(line.split(":", 1)[1])
+    raise OSError("no Cpus_allowed_list in /proc/self/status")
 
 
 WRITE_TEST_BYTES = 1 << 20

@@ -1,7 +1,9 @@
 """Processes and ports: our ancestors, leftover training runs, a listener on the rendezvous port.
 
-The process table comes from a provider (psutil by default) so the tests can hand in a fake one.
-Reading other users' processes or sockets may be refused; that becomes "unknown", never a crash.
+The process table is read from ``/proc`` under a filesystem root (proc(5): ``<pid>/stat`` for the
+parent and name, ``<pid>/cmdline``, ``<pid>/status`` for the owner, ``<pid>/fd`` for the sockets a
+process holds), so a test lays out a fake ``/proc``. Reading other users' processes or sockets may be
+refused; that becomes "unknown", never a crash.
 """
 
 from __future__ import annotations
@@ -60,23 +62,42 @@ class PortFacts:
 ProcessProvider = Callable[[], Sequence[ProcessInfo]]
 
 
-def list_processes() -> list[ProcessInfo]:
-    """Every process psutil can see; fields it may not read are left empty."""
-    import psutil
-
+def list_processes(root: Path = Path("/")) -> list[ProcessInfo]:
+    """Every process ``root/proc`` lists; fields that cannot be read are left empty."""
+    proc = root / "proc"
+    try:
+        entries = [entry for entry in proc.iterdir() if entry.name.isdigit()]
+    except OSError:
+        return []
     found: list[ProcessInfo] = []
-    for proc in psutil.process_iter(["pid", "ppid", "name", "cmdline", "username"]):
-        info = proc.info
-        found.append(
-            ProcessInfo(
-                pid=info["pid"],
-                ppid=info.get("ppid") or 0,
-                name=info.get("name") or "",
-                cmdline=tuple(info.get("cmdline") or ()),
-                username=info.get("username"),
-            )
-        )
+    for entry in sorted(entries, key=lambda e: int(e.name)):
+        try:
+            stat = (entry / "stat").read_text(errors="replace")
+        except OSError:
+            continue  # the process ended, or is hidden
+        name = stat[stat.find("(") + 1:stat.rfind(")")]
+        fields = stat[stat.rfind(")") + 1:].split()
+        try:
+            cmdline = tuple(a for a in (entry / "cmdline").read_bytes().decode(errors="replace").split("\0") if a)
+        except OSError:
+            cmdline = ()
+        ppid = int(fields[1]) if len(fields) > 1 and fields[1].isdigit() else 0
+        found.append(ProcessInfo(int(entry.name), ppid, name, cmdline, _owner(entry / "status")))
     return found
+
+
+def _owner(status: Path) -> str | None:
+    """The user name of the real uid in ``/proc/<pid>/status``, else the uid, else None."""
+    try:
+        uid = next(line.split()[1] for line in status.read_text().splitlines() if line.startswith("Uid:"))
+    except (OSError, StopIteration, IndexError):
+        return None
+    try:
+        import pwd
+
+        return pwd.getpwuid(int(uid)).pw_name
+    except (KeyError, ValueError, ImportError):
+        return uid
 
 
 def ancestors(pid: int, processes: Sequence[ProcessInfo]) -> list[ProcessInfo]:
@@ -156,7 +177,9 @@ def probe_port(
     proc_net: Path = Path("/proc/net"),
     connections: Callable[[], Iterable[object]] | None = None,
 ) -> PortFacts:
-    """Listeners on ``port`` from ``/proc/net/tcp{,6}`` (readable by anyone), pids from psutil."""
+    """Listeners on ``port`` from ``/proc/net/tcp{,6}`` (readable by anyone); their pids from the processes
+    whose ``/proc/<pid>/fd`` holds the socket's inode (as ``ss -p`` finds them), or from ``connections``
+    (psutil-style records) when given."""
     lines: list[str] = []
     readable = False
     for name in ("tcp", "tcp6"):
@@ -170,7 +193,25 @@ def probe_port(
         return PortFacts(port, "unknown", evidence=f"{proc_net}/tcp and tcp6 could not be read")
     if not lines:
         return PortFacts(port, "free")
-    return PortFacts(port, "listening", _listening_pids(port, connections), evidence="\n".join(lines))
+    pids = _socket_owners(proc_net.parent, lines) if connections is None else _listening_pids(port, connections)
+    return PortFacts(port, "listening", pids, evidence="\n".join(lines))
+
+
+def _socket_owners(proc: Path, lines: Sequence[str]) -> tuple[int, ...]:
+    """Pids whose open files include the sockets of these ``/proc/net/tcp`` rows (field 10 is the inode)."""
+    inodes = {f"socket:[{line.split()[9]}]" for line in lines if len(line.split()) > 9}
+    owners: set[int] = set()
+    try:
+        entries = [entry for entry in proc.iterdir() if entry.name.isdigit()]
+    except OSError:
+        return ()
+    for entry in entries:
+        try:
+            if any(os.readlink(fd) in inodes for fd in (entry / "fd").iterdir()):
+                owners.add(int(entry.name))
+        except OSError:
+            continue  # another user's process: its fds are not ours to read
+    return tuple(sorted(owners))
 
 
 def _is_listener(line: str, port: int) -> bool:

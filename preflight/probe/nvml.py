@@ -9,10 +9,15 @@ Rules:
 
 - GPUs are addressed by NVML index (PCI bus order, what ``nvidia-smi`` shows), never by CUDA
   ordinal; joins with CUDA go through UUID or PCI bus id.
-- "Not supported on this GPU" (``NVML_ERROR_NOT_SUPPORTED``) and "this driver lacks the function"
+- "Not supported on this GPU" (``NVML_ERROR_NOT_SUPPORTED``), "this driver lacks the function"
   (``NVML_ERROR_FUNCTION_NOT_FOUND``, pynvml's ``_nvmlGetFunctionPointer`` turns a missing symbol
-  into it) are the value :data:`NOT_SUPPORTED`, never an exception; a query refused for lack of
-  permission is :data:`NO_PERMISSION`. Any other NVML error raises :class:`NvmlQueryError`.
+  into it) and "this driver does not know that struct version" (``NVML_ERROR_ARGUMENT_VERSION_MISMATCH``,
+  nvml.h: "The provided version is invalid/unsupported"; pynvml's ``@throwOnVersionMismatch`` raises
+  ``NVMLLibraryMismatchError`` for an unversioned call the driver lacks) are the value
+  :data:`NOT_SUPPORTED`: not known, never a failure. A query refused for lack of permission is
+  :data:`NO_PERMISSION`. Any other NVML error raises :class:`NvmlQueryError`.
+- A GPU that fell off the bus answers ``NVML_ERROR_GPU_IS_LOST`` at any call, the handle call
+  included (nvml.h, ``nvmlDeviceGetHandleByIndex_v2``); :attr:`NvmlQueryError.gpu_lost` says so.
 - NVML is initialised once (:meth:`PynvmlBackend.start`); when it cannot start, the error says
   the likely cause (:func:`explain_init_error`).
 """
@@ -20,6 +25,7 @@ Rules:
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import enum
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -65,6 +71,30 @@ TOPOLOGY_LEVEL_SMI = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "
 
 NVLINK_MAX_LINKS = 36  # NVML_NVLINK_MAX_LINKS in nvidia-ml-py 13.x; the loop bound for per-link queries
 
+# nvmlIntNvLinkDeviceType_t (pynvml NVML_NVLINK_DEVICE_TYPE_*): what sits at the far end of a link.
+NVLINK_REMOTE_GPU = 0x00
+NVLINK_REMOTE_IBMNPU = 0x01
+NVLINK_REMOTE_SWITCH = 0x02
+NVLINK_REMOTE_UNKNOWN = 0xFF
+NVLINK_REMOTE_NAMES = {NVLINK_REMOTE_GPU: "GPU", NVLINK_REMOTE_IBMNPU: "IBM NPU", NVLINK_REMOTE_SWITCH: "NVSwitch",
+                       NVLINK_REMOTE_UNKNOWN: "unknown"}
+
+# NVML_GPU_FABRIC_STATE_* (nvml.h "Fabric Probe States"): a GPU's registration with the fabric manager.
+FABRIC_NOT_SUPPORTED = 0
+FABRIC_NOT_STARTED = 1
+FABRIC_IN_PROGRESS = 2
+FABRIC_COMPLETED = 3
+FABRIC_STATE_NAMES = {FABRIC_NOT_SUPPORTED: "Not Supported", FABRIC_NOT_STARTED: "Not Started",
+                      FABRIC_IN_PROGRESS: "In Progress", FABRIC_COMPLETED: "Completed"}
+
+# nvmlComputeMode_t (pynvml NVML_COMPUTEMODE_*), as ``nvidia-smi -q`` prints them.
+COMPUTE_DEFAULT = 0
+COMPUTE_EXCLUSIVE_THREAD = 1  # "Support Removed" (pynvml)
+COMPUTE_PROHIBITED = 2
+COMPUTE_EXCLUSIVE_PROCESS = 3
+COMPUTE_MODE_NAMES = {COMPUTE_DEFAULT: "Default", COMPUTE_EXCLUSIVE_THREAD: "Exclusive_Thread",
+                      COMPUTE_PROHIBITED: "Prohibited", COMPUTE_EXCLUSIVE_PROCESS: "Exclusive_Process"}
+
 # NVML_ERROR_* codes this module treats specially (values from nvml.h, stable across releases).
 _ERR_INVALID_ARGUMENT = 2
 _ERR_NOT_SUPPORTED = 3
@@ -75,6 +105,9 @@ _ERR_LIBRARY_NOT_FOUND = 12
 _ERR_FUNCTION_NOT_FOUND = 13
 _ERR_GPU_IS_LOST = 15
 _ERR_LIB_RM_VERSION_MISMATCH = 18
+_ERR_ARGUMENT_VERSION_MISMATCH = 25
+NOT_KNOWN_CODES = (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND, _ERR_ARGUMENT_VERSION_MISMATCH)
+"""The NVML answers that mean "this GPU or driver cannot say", never "something is wrong"."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +133,47 @@ class RemappedRows:
     uncorrected: int
     pending: bool
     failed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class FabricInfo:
+    """A GPU's place in an NVSwitch fabric (``nvmlGpuFabricInfo_t``; ``nvidia-smi -q`` "Fabric").
+
+    ``state`` is ``NVML_GPU_FABRIC_STATE_*``; ``status`` an ``nvmlReturn_t`` that nvml.h says "must be
+    checked only if state returns complete". A healthy HGX H800 on driver 525.105.17 shows "State:
+    Completed, Status: Success" (shared/fixtures/smi_q/H800-...); with the fabric manager down the state
+    stays "In Progress" (NVIDIA/NVSentinel#889).
+    """
+
+    state: int
+    status: int
+
+    @property
+    def state_name(self) -> str:
+        """``Completed``, ``In Progress``, ... (``nvidia-smi -q`` wording)."""
+        return FABRIC_STATE_NAMES.get(self.state, f"state {self.state}")
+
+    @property
+    def member(self) -> bool:
+        """True when the GPU belongs to an NVSwitch fabric at all (NVML reports a registration state)."""
+        return self.state != FABRIC_NOT_SUPPORTED
+
+    @property
+    def up(self) -> bool:
+        """True when the fabric manager registered the GPU without error."""
+        return self.state == FABRIC_COMPLETED and self.status == 0
+
+
+@dataclass(frozen=True, slots=True)
+class MigInstance:
+    """One MIG device of a MIG-enabled GPU as its own NVML handle reports it (nvml.h: "Per-instance
+    information can be queried by using specific MIG device handles"): what CUDA would enumerate."""
+
+    uuid: str
+    name: str | Absent
+    memory_total: int | Absent
+    memory_used: int | Absent
+    compute_mode: int | Absent = Absent.NOT_SUPPORTED
 
 
 @dataclass(frozen=True, slots=True)
@@ -240,20 +314,25 @@ class PynvmlBackend:
         except lib.NVMLError as exc:
             raise NvmlQueryError(function, str(exc), _error_code(exc)) from exc
         except lib.NVMLLibraryMismatchError as exc:
-            # pynvml's @throwOnVersionMismatch turns FUNCTION_NOT_FOUND of an unversioned call
-            # (the _v3 process query) into this non-NVMLError exception (pynvml.py throwOnVersionMismatch).
-            raise NvmlQueryError(function, str(exc), _ERR_FUNCTION_NOT_FOUND) from exc
+            # pynvml's @throwOnVersionMismatch turns FUNCTION_NOT_FOUND of an unversioned call (the _v3
+            # process query) into this non-NVMLError exception (pynvml.py throwOnVersionMismatch): the
+            # binding and the driver disagree on a version, which is "not known" here.
+            raise NvmlQueryError(function, str(exc), _ERR_ARGUMENT_VERSION_MISMATCH) from exc
 
     def _query(self, function: str, *args: Any, absent_codes: tuple[int, ...] = ()) -> Any:
         """Like :meth:`_call`, but "not supported" (and ``absent_codes``) give NOT_SUPPORTED."""
         try:
             return self._call(function, *args)
         except NvmlQueryError as exc:
-            if exc.code in (_ERR_NOT_SUPPORTED, _ERR_FUNCTION_NOT_FOUND, *absent_codes):
+            if exc.code in (*NOT_KNOWN_CODES, *absent_codes):
                 return NOT_SUPPORTED
             if exc.code == _ERR_NO_PERMISSION:
                 return NO_PERMISSION
             raise
+
+    def open(self, index: int) -> None:
+        """Get the GPU's handle (raises :class:`NvmlQueryError`, GPU_IS_LOST for a GPU off the bus)."""
+        self._handle(index)
 
     def _handle(self, index: int) -> Any:
         handle = self._handles.get(index)
@@ -294,9 +373,16 @@ class PynvmlBackend:
         """PCI bus id with 8-digit domain, e.g. ``"00000000:18:00.0"``."""
         return _text(self._call("nvmlDeviceGetPciInfo", self._handle(index)).busId).upper()
 
+    def pci_device_id(self, index: int) -> int:
+        """``nvmlPciInfo_t.pciDeviceId``: device id in the high 16 bits, vendor 0x10DE in the low ones
+        (``nvidia-smi -q`` "Device Id : 0x232410DE" on an H800)."""
+        return int(self._call("nvmlDeviceGetPciInfo", self._handle(index)).pciDeviceId)
+
     def memory(self, index: int) -> MemoryInfo:
         """Framebuffer total/used/reserved: the v2 call where the driver has it, else v1."""
-        handle = self._handle(index)
+        return self._memory(self._handle(index))
+
+    def _memory(self, handle: Any) -> MemoryInfo:
         lib = self._pynvml
         version = getattr(lib, "nvmlMemory_v2", None)
         if version is not None:
@@ -304,7 +390,10 @@ class PynvmlBackend:
                 info = self._call("nvmlDeviceGetMemoryInfo", handle, version)
                 return MemoryInfo(total=int(info.total), used=int(info.used), reserved=int(info.reserved))
             except NvmlQueryError as exc:
-                if exc.code != _ERR_FUNCTION_NOT_FOUND:  # drivers before 510 lack nvmlDeviceGetMemoryInfo_v2
+                # drivers before 510 lack nvmlDeviceGetMemoryInfo_v2; a struct version the driver does not
+                # take answers FUNCTION_NOT_FOUND there (jp7677/dxvk-nvapi#198), newer calls say so as
+                # ARGUMENT_VERSION_MISMATCH (nvml.h)
+                if exc.code not in (_ERR_FUNCTION_NOT_FOUND, _ERR_ARGUMENT_VERSION_MISMATCH):
                     raise
         info = self._call("nvmlDeviceGetMemoryInfo", handle)
         return MemoryInfo(total=int(info.total), used=int(info.used), reserved=NOT_SUPPORTED)
@@ -325,13 +414,14 @@ class PynvmlBackend:
         value = self._query("nvmlDeviceGetMigMode", self._handle(index))
         return _map(value, lambda mode: (bool(mode[0]), bool(mode[1])))
 
-    def mig_device_uuids(self, index: int) -> tuple[str, ...] | Absent:
-        """UUIDs (``MIG-...``) of the MIG devices configured on a MIG-enabled GPU."""
+    def mig_instances(self, index: int) -> tuple[MigInstance, ...] | Absent:
+        """The MIG devices configured on a MIG-enabled GPU, each read through its own handle: its
+        ``MIG-...`` UUID, its name (``NVIDIA A100-SXM4-80GB MIG 3g.40gb``), its memory and compute mode."""
         handle = self._handle(index)
         slots = self._query("nvmlDeviceGetMaxMigDeviceCount", handle)
         if isinstance(slots, Absent):
             return slots
-        uuids: list[str] = []
+        found: list[MigInstance] = []
         for slot in range(int(slots)):
             mig = self._query(
                 "nvmlDeviceGetMigDeviceHandleByIndex",
@@ -339,9 +429,49 @@ class PynvmlBackend:
                 slot,
                 absent_codes=(_ERR_INVALID_ARGUMENT, _ERR_NOT_FOUND),
             )
-            if not isinstance(mig, Absent):
-                uuids.append(_text(self._call("nvmlDeviceGetUUID", mig)))
-        return tuple(uuids)
+            if isinstance(mig, Absent):
+                continue
+            name = _map(self._query("nvmlDeviceGetName", mig), _text)
+            memory: MemoryInfo | Absent
+            try:
+                memory = self._memory(mig)
+            except NvmlQueryError as exc:
+                if exc.code not in NOT_KNOWN_CODES:
+                    raise
+                memory = NOT_SUPPORTED
+            mode = _map(self._query("nvmlDeviceGetComputeMode", mig), int)
+            found.append(MigInstance(
+                uuid=_text(self._call("nvmlDeviceGetUUID", mig)), name=name,
+                memory_total=memory if isinstance(memory, Absent) else memory.total,
+                memory_used=memory if isinstance(memory, Absent) else memory.used, compute_mode=mode))
+        return tuple(found)
+
+    def compute_mode(self, index: int) -> int | Absent:
+        """``NVML_COMPUTEMODE_*`` (``nvidia-smi --query-gpu=compute_mode``). nvml.h: with MIG on, only a
+        MIG device handle answers (see :meth:`mig_instances`)."""
+        return _map(self._query("nvmlDeviceGetComputeMode", self._handle(index)), int)
+
+    def fabric(self, index: int) -> FabricInfo | Absent:
+        """The GPU's NVSwitch fabric registration (nvml.h: "For Hopper or newer"; NOT_SUPPORTED on a GPU
+        without a fabric). The versioned call (NVML 12.4, R550: go-nvml f7ceebd) with pynvml's
+        ``c_nvmlGpuFabricInfoV_t`` (the v2 struct) first, else the unversioned one (NVML 12.0, R525:
+        go-nvml 399f8e0); a driver older than both has neither (FUNCTION_NOT_FOUND: not known)."""
+        handle = self._handle(index)
+        lib = self._pynvml
+        for function, struct in (("nvmlDeviceGetGpuFabricInfoV", "c_nvmlGpuFabricInfoV_t"),
+                                 ("nvmlDeviceGetGpuFabricInfo", "c_nvmlGpuFabricInfo_t")):
+            kind = getattr(lib, struct, None)
+            if kind is None:
+                continue  # not in this nvidia-ml-py
+            info = kind()
+            answer = self._query(function, handle, ctypes.byref(info))
+            if answer is NOT_SUPPORTED:
+                continue
+            if isinstance(answer, Absent):
+                return answer
+            # pynvml declares the state c_uint where nvml.h has an unsigned char; ctypes zeroes the rest
+            return FabricInfo(state=int(info.state) & 0xFF, status=int(info.status))
+        return NOT_SUPPORTED
 
     def ecc_mode(self, index: int) -> tuple[bool, bool] | Absent:
         """(current, pending) ECC mode; NOT_SUPPORTED on most GeForce and workstation parts."""
@@ -425,6 +555,13 @@ class PynvmlBackend:
         value = self._query(
             "nvmlDeviceGetNvLinkVersion", self._handle(index), link, absent_codes=(_ERR_INVALID_ARGUMENT,)
         )
+        return _map(value, int)
+
+    def nvlink_remote_type(self, index: int, link: int) -> int | Absent:
+        """``NVML_NVLINK_DEVICE_TYPE_*`` at the far end of ``link``: a GPU (a bridge or a board link), an
+        NVSwitch, an IBM NPU (POWER9); NOT_SUPPORTED before NVML 11.4 (R470: go-nvml 15056a1)."""
+        value = self._query("nvmlDeviceGetNvLinkRemoteDeviceType", self._handle(index), link,
+                            absent_codes=(_ERR_INVALID_ARGUMENT,))
         return _map(value, int)
 
     def nvlink_remote_bus_id(self, index: int, link: int) -> str | Absent:

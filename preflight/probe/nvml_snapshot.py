@@ -19,10 +19,14 @@ from typing import Any, TypeVar
 
 from preflight.parse.visible_devices import GpuIdentity
 from preflight.probe.nvml import (
+    COMPUTE_MODE_NAMES,
+    NVLINK_REMOTE_NAMES,
     P2P_STATUS_OK,
     TOPOLOGY_LEVEL_SMI,
     Absent,
+    FabricInfo,
     GpuProcess,
+    MigInstance,
     RemappedRows,
 )
 
@@ -68,6 +72,11 @@ def _put(value: Any) -> Any:
                 "pending": value.pending, "failed": value.failed}
     if isinstance(value, GpuProcess):
         return {"pid": value.pid, "used_memory": value.used_memory}
+    if isinstance(value, FabricInfo):
+        return {"state": value.state, "status": value.status}
+    if isinstance(value, MigInstance):
+        return {"uuid": value.uuid, "name": _put(value.name), "memory_total": _put(value.memory_total),
+                "memory_used": _put(value.memory_used), "compute_mode": _put(value.compute_mode)}
     return value
 
 
@@ -82,12 +91,17 @@ def _pair_of_ints(raw: Any) -> tuple[int, int]:
     return (int(raw[0]), int(raw[1]))
 
 
-def _strings(raw: Any) -> tuple[str, ...]:
-    return tuple(str(item) for item in raw)
-
-
 def _rows(raw: Any) -> RemappedRows:
     return RemappedRows(int(raw["corrected"]), int(raw["uncorrected"]), bool(raw["pending"]), bool(raw["failed"]))
+
+
+def _fabric(raw: Any) -> FabricInfo:
+    return FabricInfo(int(raw["state"]), int(raw["status"]))
+
+
+def _mig_instances(raw: Any) -> tuple[MigInstance, ...]:
+    return tuple(MigInstance(str(m["uuid"]), _take(m["name"], str), _take(m["memory_total"], int),
+                             _take(m["memory_used"], int), _take(m["compute_mode"], int)) for m in raw)
 
 
 def _processes(raw: Any) -> tuple[GpuProcess, ...]:
@@ -117,26 +131,36 @@ class NvLinkInfo:
     """One NVLink NVML lists for a GPU (up or down).
 
     ``remote_bus_id`` is the PCI bus id at the far end of an active link: a peer GPU of this node
-    (an NVLink bridge or a direct board link) or an NVSwitch; None for a link that is down (there is
-    no far end to ask about).
+    (an NVLink bridge or a direct board link) or an NVSwitch; ``remote_type`` says which
+    (``NVML_NVLINK_DEVICE_TYPE_*``). Both are None for a link that is down (there is no far end to
+    ask about).
     """
 
     link: int
     active: bool
     version: int | Absent
     remote_bus_id: str | Absent | None
+    remote_type: int | Absent | None = None
+
+    @property
+    def remote_name(self) -> str:
+        """``GPU``, ``NVSwitch``, ... or why it is not known."""
+        kind = self.remote_type
+        if kind is None:
+            return "none (link down)"
+        return str(kind) if isinstance(kind, Absent) else NVLINK_REMOTE_NAMES.get(kind, f"type {kind:#x}")
 
     def to_json(self) -> dict[str, Any]:
         """Wire form."""
         return {"link": self.link, "active": self.active, "version": _put(self.version),
-                "remote_bus_id": _put(self.remote_bus_id)}
+                "remote_bus_id": _put(self.remote_bus_id), "remote_type": _put(self.remote_type)}
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> NvLinkInfo:
         """Back from :meth:`to_json`."""
-        remote = raw["remote_bus_id"]
+        remote, kind = raw["remote_bus_id"], raw.get("remote_type")
         return cls(int(raw["link"]), bool(raw["active"]), _take(raw["version"], int),
-                   None if remote is None else _take(remote, str))
+                   None if remote is None else _take(remote, str), None if kind is None else _take(kind, int))
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -154,7 +178,7 @@ class GpuInfo:
     persistence_mode: bool | Absent
     mig_enabled: bool | Absent
     mig_pending: bool | Absent
-    mig_devices: tuple[str, ...] | Absent
+    mig_instances: tuple[MigInstance, ...] | Absent  # () unless MIG is on
     ecc_enabled: bool | Absent
     ecc_pending: bool | Absent
     ecc_uncorrected_volatile: int | Absent
@@ -170,8 +194,11 @@ class GpuInfo:
     processes: tuple[GpuProcess, ...] | Absent
     nvlinks: tuple[NvLinkInfo, ...] | Absent = ()  # every link NVML lists; () for a GPU without NVLink
     serial: str | Absent = Absent.NOT_SUPPORTED  # board serial; only boards with an inforom report one
+    pci_device_id: int | Absent = Absent.NOT_SUPPORTED  # nvmlPciInfo_t.pciDeviceId, e.g. 0x232410DE
+    compute_mode: int | Absent = Absent.NOT_SUPPORTED  # NVML_COMPUTEMODE_*; with MIG on, per instance
+    fabric: FabricInfo | Absent = Absent.NOT_SUPPORTED  # NVSwitch fabric registration (Hopper and newer)
     query_errors: Mapping[str, str] = field(default_factory=dict)
-    gpu_lost: bool = False  # some query answered NVML_ERROR_GPU_IS_LOST
+    gpu_lost: bool = False  # some query answered NVML_ERROR_GPU_IS_LOST (the walk then stops asking)
 
     @property
     def label(self) -> str:
@@ -183,6 +210,24 @@ class GpuInfo:
         """The clock event (throttle) reasons as ``nvidia-smi -q`` names them."""
         reasons = self.clock_event_reasons
         return reasons if isinstance(reasons, Absent) else decode_clock_event_reasons(reasons)
+
+    @property
+    def mig_devices(self) -> tuple[str, ...] | Absent:
+        """UUIDs (``MIG-...``) of the MIG devices configured on the GPU."""
+        found = self.mig_instances
+        return found if isinstance(found, Absent) else tuple(m.uuid for m in found)
+
+    @property
+    def device_id(self) -> str | None:
+        """The PCI device id as ``lspci -nn`` writes it (``10de:2324``); None when unknown."""
+        raw = self.pci_device_id
+        return None if isinstance(raw, Absent) else f"{raw & 0xFFFF:04x}:{raw >> 16:04x}"
+
+    @property
+    def compute_mode_name(self) -> str:
+        """``Default``, ``Exclusive_Process``, ``Prohibited`` or why it is not known."""
+        mode = self.compute_mode
+        return str(mode) if isinstance(mode, Absent) else COMPUTE_MODE_NAMES.get(mode, f"mode {mode}")
 
     @property
     def nvlinks_present(self) -> int:
@@ -252,6 +297,8 @@ class GpuInfo:
             "compute_capability": _json(self.compute_capability) if isinstance(self.compute_capability, Absent)
             else f"{self.compute_capability[0]}.{self.compute_capability[1]}",
             "persistence_mode": _json(self.persistence_mode), "mig_enabled": _json(self.mig_enabled),
+            "compute_mode": self.compute_mode_name,
+            "fabric_state": _json(self.fabric) if isinstance(self.fabric, Absent) else self.fabric.state_name,
             "ecc_enabled": _json(self.ecc_enabled), "ecc_uncorrected_volatile": _json(self.ecc_uncorrected_volatile),
             "ecc_uncorrected_aggregate": _json(self.ecc_uncorrected_aggregate),
             "remapped_rows": str(rows) if isinstance(rows, Absent) else
@@ -301,7 +348,7 @@ _GPU_FIELDS: dict[str, Callable[[Any], Any]] = {
     "persistence_mode": bool,
     "mig_enabled": bool,
     "mig_pending": bool,
-    "mig_devices": _strings,
+    "mig_instances": _mig_instances,
     "ecc_enabled": bool,
     "ecc_pending": bool,
     "ecc_uncorrected_volatile": int,
@@ -315,6 +362,9 @@ _GPU_FIELDS: dict[str, Callable[[Any], Any]] = {
     "clock_event_reasons": int,
     "temperature_c": int,
     "processes": _processes,
+    "pci_device_id": int,
+    "compute_mode": int,
+    "fabric": _fabric,
 }
 """GpuInfo's NVML-valued fields (each ``X | Absent``) and how each comes back from JSON."""
 
@@ -394,6 +444,15 @@ class NvmlSnapshot:
         if not isinstance(version, int):
             return None
         return f"{version // 1000}.{(version % 1000) // 10}"
+
+    @property
+    def unavailable(self) -> str | None:
+        """Why there is no GPU to ask about (the SKIP reason of GPU checks), None when NVML lists GPUs."""
+        if self.error is not None:
+            return f"no NVIDIA GPU visible: {self.error.cause}"
+        if not self.gpus:
+            return "no NVIDIA GPU visible: NVML lists no GPU"
+        return None
 
     def gpu(self, index: int) -> GpuInfo | None:
         """The GPU at NVML ``index``, None when NVML did not list it."""

@@ -14,6 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 from preflight.probe.nvml import (
+    NOT_SUPPORTED,
     NVLINK_MAX_LINKS,
     P2P_CAPS_NVLINK,
     P2P_CAPS_READ,
@@ -68,7 +69,8 @@ def walk(backend: PynvmlBackend, label: str) -> NvmlSnapshot:
         errors: dict[str, str] = {}
         cuda = _ask(errors, "cuda_driver_version", backend.cuda_driver_version)
         gpus = tuple(_gather_gpu(backend, index) for index in range(count))
-        pairs = tuple(_gather_pair(backend, a, b) for a in range(count) for b in range(a + 1, count))
+        lost = frozenset(g.index for g in gpus if g.gpu_lost)
+        pairs = tuple(_gather_pair(backend, a, b, lost) for a in range(count) for b in range(a + 1, count))
         return NvmlSnapshot(label=label, driver_version=driver, cuda_driver_version=cuda, gpus=gpus, pairs=pairs,
                             duration_s=time.monotonic() - started)
     finally:
@@ -126,7 +128,11 @@ def _better(
 
 
 def _ask(errors: dict[str, str], name: str, query: Callable[[], T]) -> T | Absent:
-    """Run one query; a failure becomes QUERY_FAILED with the NVML error kept under ``name``."""
+    """Run one query; a failure becomes QUERY_FAILED with the NVML error kept under ``name``. Once a
+    query said the GPU is lost, the GPU's remaining queries are not made (each would fail the same way,
+    and a GPU that fell off the bus can take seconds per call)."""
+    if _LOST in errors:
+        return QUERY_FAILED
     try:
         return query()
     except NvmlQueryError as exc:
@@ -141,7 +147,8 @@ def _gather_nvlinks(backend: PynvmlBackend, index: int) -> tuple[NvLinkInfo, ...
 
     A GPU without NVLink hardware answers NOT_SUPPORTED for every link (NVIDIA/NVSentinel#1481);
     indices past the GPU's last link answer an error too (NVIDIA/TensorRT-LLM#19210), so a link is
-    "listed" exactly when its state can be read.
+    "listed" exactly when its state can be read. The far end of an active link is its PCI bus id and
+    its device type (a GPU or an NVSwitch, ``nvmlDeviceGetNvLinkRemoteDeviceType``).
     """
     links: list[NvLinkInfo] = []
     for link in range(NVLINK_MAX_LINKS):
@@ -149,7 +156,8 @@ def _gather_nvlinks(backend: PynvmlBackend, index: int) -> tuple[NvLinkInfo, ...
         if isinstance(state, Absent):
             continue
         remote = backend.nvlink_remote_bus_id(index, link) if state else None
-        links.append(NvLinkInfo(link, state, backend.nvlink_version(index, link), remote))
+        kind = backend.nvlink_remote_type(index, link) if state else None
+        links.append(NvLinkInfo(link, state, backend.nvlink_version(index, link), remote, kind))
     return tuple(links)
 
 
@@ -159,16 +167,18 @@ def _gather_gpu(backend: PynvmlBackend, i: int) -> GpuInfo:
     def ask(name: str, query: Callable[[], T]) -> T | Absent:
         return _ask(errors, name, query)
 
+    ask("handle", lambda: backend.open(i))  # nvml.h: the handle call itself answers GPU_IS_LOST
     memory = ask("memory", lambda: backend.memory(i))
     mig = ask("mig_mode", lambda: backend.mig_mode(i))
     ecc = ask("ecc_mode", lambda: backend.ecc_mode(i))
     mig_enabled = mig if isinstance(mig, Absent) else mig[0]
-    mig_devices = ask("mig_devices", lambda: backend.mig_device_uuids(i)) if mig_enabled is True else ()
+    mig_instances = ask("mig_instances", lambda: backend.mig_instances(i)) if mig_enabled is True else ()
     return GpuInfo(
         index=i,
         name=ask("name", lambda: backend.name(i)),
         uuid=ask("uuid", lambda: backend.uuid(i)),
         pci_bus_id=ask("pci_bus_id", lambda: backend.pci_bus_id(i)),
+        pci_device_id=ask("pci_device_id", lambda: backend.pci_device_id(i)),
         serial=ask("serial", lambda: backend.serial(i)),
         memory_total=memory if isinstance(memory, Absent) else memory.total,
         memory_used=memory if isinstance(memory, Absent) else memory.used,
@@ -177,7 +187,10 @@ def _gather_gpu(backend: PynvmlBackend, i: int) -> GpuInfo:
         persistence_mode=ask("persistence_mode", lambda: backend.persistence_mode(i)),
         mig_enabled=mig_enabled,
         mig_pending=mig if isinstance(mig, Absent) else mig[1],
-        mig_devices=mig_devices,
+        mig_instances=mig_instances,
+        # nvml.h: with MIG on only a MIG device handle has a compute mode (each instance keeps its own)
+        compute_mode=ask("compute_mode", lambda: backend.compute_mode(i)) if mig_enabled is not True
+        else NOT_SUPPORTED,
         ecc_enabled=ecc if isinstance(ecc, Absent) else ecc[0],
         ecc_pending=ecc if isinstance(ecc, Absent) else ecc[1],
         ecc_uncorrected_volatile=ask("ecc_uncorrected_volatile", lambda: backend.ecc_uncorrected(i, aggregate=False)),
@@ -192,13 +205,19 @@ def _gather_gpu(backend: PynvmlBackend, i: int) -> GpuInfo:
         temperature_c=ask("temperature_c", lambda: backend.temperature(i)),
         processes=ask("processes", lambda: backend.compute_processes(i)),
         nvlinks=ask("nvlinks", lambda: _gather_nvlinks(backend, i)),
+        fabric=ask("fabric", lambda: backend.fabric(i)),
         gpu_lost=errors.pop(_LOST, None) is not None,
         query_errors=errors,
     )
 
 
-def _gather_pair(backend: PynvmlBackend, a: int, b: int) -> GpuPair:
+def _gather_pair(backend: PynvmlBackend, a: int, b: int, lost: frozenset[int] = frozenset()) -> GpuPair:
     errors: dict[str, str] = {}
+    gone = sorted(lost & {a, b})
+    if gone:  # a lost GPU answers nothing: its pairs are not asked (one failure, one finding)
+        errors["gpu_lost"] = ", ".join(f"GPU {g} is lost" for g in gone)
+        return GpuPair(a=a, b=b, nvlink_p2p=QUERY_FAILED, read_p2p=QUERY_FAILED, common_ancestor=QUERY_FAILED,
+                       query_errors=errors)
     nvlink = _ask(errors, "nvlink_p2p", lambda: backend.p2p_status(a, b, P2P_CAPS_NVLINK))
     read = _ask(errors, "read_p2p", lambda: backend.p2p_status(a, b, P2P_CAPS_READ))
     ancestor = _ask(errors, "common_ancestor", lambda: backend.common_ancestor(a, b))

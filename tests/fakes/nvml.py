@@ -69,6 +69,17 @@ NVML_TOPOLOGY_INTERNAL: int = pynvml.NVML_TOPOLOGY_INTERNAL
 NVML_TOPOLOGY_NODE: int = pynvml.NVML_TOPOLOGY_NODE
 NVML_TOPOLOGY_SINGLE: int = pynvml.NVML_TOPOLOGY_SINGLE
 NVML_TOPOLOGY_SYSTEM: int = pynvml.NVML_TOPOLOGY_SYSTEM
+NVML_ERROR_ARGUMENT_VERSION_MISMATCH: int = pynvml.NVML_ERROR_ARGUMENT_VERSION_MISMATCH
+NVML_NVLINK_DEVICE_TYPE_GPU: int = pynvml.NVML_NVLINK_DEVICE_TYPE_GPU
+NVML_NVLINK_DEVICE_TYPE_SWITCH: int = pynvml.NVML_NVLINK_DEVICE_TYPE_SWITCH
+NVML_GPU_FABRIC_STATE_IN_PROGRESS: int = pynvml.NVML_GPU_FABRIC_STATE_IN_PROGRESS
+NVML_GPU_FABRIC_STATE_COMPLETED: int = pynvml.NVML_GPU_FABRIC_STATE_COMPLETED
+NVML_COMPUTEMODE_DEFAULT: int = pynvml.NVML_COMPUTEMODE_DEFAULT
+NVML_COMPUTEMODE_PROHIBITED: int = pynvml.NVML_COMPUTEMODE_PROHIBITED
+NVML_COMPUTEMODE_EXCLUSIVE_PROCESS: int = pynvml.NVML_COMPUTEMODE_EXCLUSIVE_PROCESS
+FABRIC_STRUCT_VERSIONS = (0x02000024, 0x03000028)
+"""nvmlGpuFabricInfo_v2 and _v3 = NVML_STRUCT_VERSION(GpuFabricInfo, n), sizeof | n << 24 (nvml.h; pynvml
+spells them nvmlGpuFabricInfo_v2 = 0x02000024, nvmlGpuFabricInfo_v3 = 0x3000028)."""
 
 INTRODUCED: dict[str, tuple[tuple[int, ...], str]] = {
     "nvmlDeviceGetComputeRunningProcesses_v2": (
@@ -86,6 +97,12 @@ INTRODUCED: dict[str, tuple[tuple[int, ...], str]] = {
         "nvidia-smi -q says 'Clocks Throttle Reasons' on 525 and 'Clocks Event Reasons' from 535 "
         "(fixtures/INDEX.md, smi_q captures); pynvml marks the throttle call deprecated",
     ),
+    "nvmlDeviceGetNvLinkRemoteDeviceType": ((470,), "in nvml.h from NVML 11.4 (R470; NVIDIA/go-nvml 15056a1)"),
+    "nvmlDeviceGetGpuFabricInfo": (
+        (525,),
+        "in nvml.h from NVML 12.0 (R525; NVIDIA/go-nvml 399f8e0); smi_q/H800 on 525.105.17 shows 'Fabric State'",
+    ),
+    "nvmlDeviceGetGpuFabricInfoV": ((550,), "in nvml.h from NVML 12.4 (R550; NVIDIA/go-nvml f7ceebd)"),
 }
 """Functions a driver older than the version given does not export (pynvml then answers
 NVML_ERROR_FUNCTION_NOT_FOUND). Every other function here exists in every profile's driver."""
@@ -102,6 +119,7 @@ class Faults:
     init_error: str | None = None  # an NVML_ERROR_* suffix from INIT_ERRORS
     absent_gpus: frozenset[int] = frozenset()  # GPUs that fell off the bus: NVML no longer lists them
     gpu_lost: frozenset[int] = frozenset()  # listed, but every query answers GPU_IS_LOST
+    lost_at_handle: frozenset[int] = frozenset()  # listed, and even the handle call answers GPU_IS_LOST
     hang_gpus: frozenset[int] = frozenset()  # every call with this GPU's handle blocks for ever
     ecc_volatile: Mapping[int, int] = field(default_factory=dict)
     ecc_aggregate: Mapping[int, int] = field(default_factory=dict)
@@ -118,6 +136,8 @@ class Faults:
     pcie_current: Mapping[int, tuple[int, int]] = field(default_factory=dict)  # link trained below max
     nvlinks_missing: frozenset[int] = frozenset()  # every NVLink of these GPUs is down
     nvlink_down: frozenset[tuple[int, int]] = frozenset()  # (gpu, link) pairs that are down
+    fabric_manager_down: bool = False  # NVSwitch board whose fabric manager is not running
+    compute_mode: Mapping[int, int] = field(default_factory=dict)  # gpu -> NVML_COMPUTEMODE_* (default 0)
     not_supported: frozenset[str] = frozenset()  # C functions answering NVML_ERROR_NOT_SUPPORTED
     no_permission: frozenset[str] = frozenset()  # C functions answering NVML_ERROR_NO_PERMISSION
     missing_functions: frozenset[str] = frozenset()  # C functions this driver does not export
@@ -163,6 +183,7 @@ _FAULT_KINDS: dict[str, Callable[[Any], Any]] = {
     "init_error": lambda raw: None if raw is None else str(raw),
     "absent_gpus": _ints,
     "gpu_lost": _ints,
+    "lost_at_handle": _ints,
     "hang_gpus": _ints,
     "ecc_volatile": _counts,
     "ecc_aggregate": _counts,
@@ -179,6 +200,8 @@ _FAULT_KINDS: dict[str, Callable[[Any], Any]] = {
     "pcie_current": _widths,
     "nvlinks_missing": _ints,
     "nvlink_down": _links,
+    "fabric_manager_down": bool,
+    "compute_mode": _counts,
     "not_supported": _names,
     "no_permission": _names,
     "missing_functions": _names,
@@ -267,7 +290,7 @@ def _put_string(buffer: Any, length: Any, text: str) -> int:
     return NVML_SUCCESS
 
 
-def _fill_pci(info: Any, bus_id: str, device_id: int = 0x233010DE) -> None:
+def _fill_pci(info: Any, bus_id: str, device_id: int) -> None:
     """``nvmlPciInfo_t`` for ``bus_id`` ("00000000:18:00.0"): busId in NVML_DEVICE_PCI_BUS_ID_FMT,
     busIdLegacy in NVML_DEVICE_PCI_BUS_ID_LEGACY_FMT (pynvml.py)."""
     domain, bus, rest = bus_id.split(":")
@@ -390,6 +413,10 @@ class FakeNvmlLibrary:
         position = _value(index)
         if not 0 <= position < len(self.slots):
             return NVML_ERROR_INVALID_ARGUMENT  # nvml.h: "if index is invalid"
+        if self.slots[position] in self.faults.lost_at_handle:
+            # nvml.h, nvmlDeviceGetHandleByIndex_v2: "NVML_ERROR_GPU_IS_LOST if the target GPU has fallen
+            # off the bus or is otherwise inaccessible"
+            return NVML_ERROR_GPU_IS_LOST
         self._give(device, self.slots[position])
         return NVML_SUCCESS
 
@@ -399,6 +426,8 @@ class FakeNvmlLibrary:
         found = self._gpu(handle)
         if isinstance(found, int):
             return found
+        if found[2] is not None:  # a MIG handle names its slice, as `nvidia-smi -L` lists "MIG 3g.40gb Device 0"
+            return _put_string(buffer, length, f"{found[1].name} MIG {found[1].mig_profile}")
         return _put_string(buffer, length, found[1].name)
 
     def _nvmlDeviceGetUUID(self, handle: Any, buffer: Any, length: Any) -> int:
@@ -423,11 +452,16 @@ class FakeNvmlLibrary:
         found = self._gpu(handle)
         if isinstance(found, int):
             return found
-        _fill_pci(_out(info), self.spec.bus_ids[found[0]])
+        _fill_pci(_out(info), self.spec.bus_ids[found[0]], found[1].pci_device_id)
         return NVML_SUCCESS
 
-    def _memory(self, slot: int, gpu: GpuSpec) -> tuple[int, int, int]:
-        """(total, reserved, allocated) bytes: idle use of the model, plus what the faults add."""
+    def _memory(self, slot: int, gpu: GpuSpec, mig: int | None = None) -> tuple[int, int, int]:
+        """(total, reserved, allocated) bytes: idle use of the model, plus what the faults add. A MIG
+        handle reports its slice (nvml.h: "Per-instance information can be queried by using specific MIG
+        device handles"): 40192 MiB with 19 MiB used at idle for a 3g.40gb of an A100 80GB (the "MIG
+        devices" table of public nvidia-smi captures)."""
+        if mig is not None:
+            return gpu.mig_memory_mib * MIB, 0, gpu.mig_idle_used_mib * MIB
         allocated = gpu.idle_used_mib + self.faults.memory_used_mib.get(slot, 0)
         allocated += sum(mib for _, mib in self.faults.processes.get(slot, ()))
         return gpu.memory_mib * MIB, gpu.reserved_mib * MIB, allocated * MIB
@@ -436,7 +470,7 @@ class FakeNvmlLibrary:
         found = self._gpu(handle)
         if isinstance(found, int):
             return found
-        total, reserved, allocated = self._memory(found[0], found[1])
+        total, reserved, allocated = self._memory(*found)
         info = _out(memory)
         info.total, info.used = total, reserved + allocated  # nvml.h v1: used = "Sum of Reserved and Allocated"
         info.free = total - info.used
@@ -448,9 +482,12 @@ class FakeNvmlLibrary:
             return found
         info = _out(memory)
         if info.version != pynvml.nvmlMemory_v2:
-            # a wrong struct version answers FUNCTION_NOT_FOUND (jp7677/dxvk-nvapi#198, gpuopenanalytics/pynvml#59)
+            # A struct version this call does not take answers FUNCTION_NOT_FOUND: observed against a real
+            # driver with version 2 in place of nvmlMemory_v2 (jp7677/dxvk-nvapi#198, review by Saancreed).
+            # nvml.h lists no ARGUMENT_VERSION_MISMATCH for this R510 call; the later versioned calls
+            # (nvmlDeviceGetGpuFabricInfoV below) answer that code instead.
             return NVML_ERROR_FUNCTION_NOT_FOUND
-        total, reserved, allocated = self._memory(found[0], found[1])
+        total, reserved, allocated = self._memory(*found)
         # nvidia-smi -q (which reads v2) shows Used excluding Reserved: "Reserved 516 MiB, Used 0 MiB,
         # Free 81042 MiB" of 81559 (smi_q/H800-...), so free = total - reserved - used.
         info.total, info.reserved, info.used = total, reserved, allocated
@@ -503,6 +540,18 @@ class FakeNvmlLibrary:
         if position >= configured:
             return NVML_ERROR_NOT_FOUND  # nvml.h: "if no valid MIG device was found at index"
         self._give(mig_device, slot, position)
+        return NVML_SUCCESS
+
+    def _nvmlDeviceGetComputeMode(self, handle: Any, mode: Any) -> int:
+        found = self._gpu(handle)
+        if isinstance(found, int):
+            return found
+        slot, _, mig = found
+        if mig is None and self._mig_on(slot):
+            # nvml.h: "If MIG is enabled on a GPU, device must be MIG device handle"; which error the GPU's own
+            # handle then gets is in no source we have (preflight asks the MIG handles instead)
+            return NVML_ERROR_UNKNOWN
+        _out(mode).value = self.faults.compute_mode.get(slot, NVML_COMPUTEMODE_DEFAULT)
         return NVML_SUCCESS
 
     def _nvmlDeviceGetEccMode(self, handle: Any, current: Any, pending: Any) -> int:
@@ -664,9 +713,11 @@ class FakeNvmlLibrary:
             return False
         peer = self._link_peers(slot)[link]
         if peer is None:
-            # on an NVSwitch board every link is wired; on a PCIe card a link without a bridge is
-            # listed and inactive (NVIDIA/NVSentinel#1481, Azure/azurehpc-health-checks#162)
-            return self.spec.nvswitch
+            # on an NVSwitch board every link is wired, and trained by the fabric manager: without it
+            # "NVSwitches will remain uninitialized" (Fabric Manager user guide, quoted in
+            # siderolabs/extensions#717); on a PCIe card a link without a bridge is listed and inactive
+            # (NVIDIA/NVSentinel#1481, Azure/azurehpc-health-checks#162)
+            return self.spec.nvswitch and not self.faults.fabric_manager_down
         # a bridge link is one cable: down at one end is down at both
         return peer not in self.faults.nvlinks_missing and (peer, link) not in self.faults.nvlink_down
 
@@ -696,6 +747,17 @@ class FakeNvmlLibrary:
         _out(version).value = found[1].nvlink_version
         return NVML_SUCCESS
 
+    def _nvmlDeviceGetNvLinkRemoteDeviceType(self, handle: Any, link: Any, kind: Any) -> int:
+        found = self._link(handle, link)
+        if isinstance(found, int):
+            return found
+        slot, _, number = found
+        if not self._link_up(slot, number):
+            return NVML_ERROR_UNKNOWN  # as for the remote PCI info: no source says what a down link answers
+        peer = self._link_peers(slot)[number]
+        _out(kind).value = NVML_NVLINK_DEVICE_TYPE_GPU if peer is not None else NVML_NVLINK_DEVICE_TYPE_SWITCH
+        return NVML_SUCCESS
+
     def _nvmlDeviceGetNvLinkRemotePciInfo_v2(self, handle: Any, link: Any, info: Any) -> int:
         found = self._link(handle, link)
         if isinstance(found, int):
@@ -707,11 +769,47 @@ class FakeNvmlLibrary:
             return NVML_ERROR_UNKNOWN
         peer = self._link_peers(slot)[number]
         if peer is not None:
-            _fill_pci(_out(info), self.spec.bus_ids[peer])  # a bridge: the peer GPU
+            _fill_pci(_out(info), self.spec.bus_ids[peer], self.spec.gpus[peer].pci_device_id)  # a bridge
         else:
             switches = self.spec.nvswitch_bus_ids
-            _fill_pci(_out(info), switches[number % len(switches)], device_id=0x22A310DE)  # NVIDIA/go-nvml#166
+            if not switches:
+                # NVLink-5 switches are not PCI devices of the host (managed over InfiniBand by NVLSM,
+                # siderolabs/extensions#717); no source shows their remote PCI info: "not known" here
+                return NVML_ERROR_NOT_SUPPORTED
+            _fill_pci(_out(info), switches[number % len(switches)], self.spec.nvswitch_device_id)
         return NVML_SUCCESS
+
+    # -- the NVSwitch fabric ------------------------------------------------------------------------
+
+    def _fabric_member(self, gpu: GpuSpec) -> bool:
+        """nvml.h: "For Hopper or newer"; "On Hopper + NVSwitch systems, GPU is registered with the NVIDIA
+        Fabric Manager". Elsewhere the call is NOT_SUPPORTED ("If device doesn't support gpu fabric"; an
+        RTX A6000 on 550.127.05 prints "Fabric State: N/A", smi_q)."""
+        return self.spec.nvswitch and gpu.compute_capability >= (9, 0)
+
+    def _fabric(self, handle: Any, info: Any, versioned: bool) -> int:
+        found = self._gpu(handle)
+        if isinstance(found, int):
+            return found
+        struct = _out(info)
+        if versioned and struct.version not in FABRIC_STRUCT_VERSIONS:
+            return NVML_ERROR_ARGUMENT_VERSION_MISMATCH  # nvml.h: "The provided version is invalid/unsupported"
+        if not self._fabric_member(found[1]):
+            return NVML_ERROR_NOT_SUPPORTED
+        if self.faults.fabric_manager_down:
+            # the Fabric Manager user guide (quoted in siderolabs/extensions#717): "An In Progress state
+            # indicates that the GPU is being registered and FabricManager is likely not running";
+            # NVIDIA/NVSentinel#889: "fabric.state stays In Progress indefinitely" while it is down
+            struct.state, struct.status = NVML_GPU_FABRIC_STATE_IN_PROGRESS, NVML_ERROR_NOT_SUPPORTED
+        else:
+            struct.state, struct.status = NVML_GPU_FABRIC_STATE_COMPLETED, NVML_SUCCESS  # smi_q/H800: Completed, Success
+        return NVML_SUCCESS
+
+    def _nvmlDeviceGetGpuFabricInfo(self, handle: Any, info: Any) -> int:
+        return self._fabric(handle, info, versioned=False)
+
+    def _nvmlDeviceGetGpuFabricInfoV(self, handle: Any, info: Any) -> int:
+        return self._fabric(handle, info, versioned=True)
 
     # -- pairs ----------------------------------------------------------------------------------
 

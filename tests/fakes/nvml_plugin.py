@@ -8,7 +8,9 @@ NVML C library (``tests/fakes/nvml.py``) instead of the driver's. It never ships
 
 It answers ``pytest_preflight_transports`` with an :class:`~preflight.probe.nvml_transport.NvmlTransport`
 naming the fake; everything after that (the child, its deadline, pynvml) is what preflight does on a
-real node. The job's torch probe is answered as a CUDA torch would on that machine: its
+real node. The filesystem root is the machine's sysfs as the kernel lays out its PCI devices: each GPU
+(``vendor`` 0x10de, ``class`` 0x030200, a 3D controller) and each NVSwitch the host sees (0x068000, a
+bridge), as ``lspci -n`` shows them on HGX nodes (tests/test_gpu_presence.py). The job's torch probe is answered as a CUDA torch would on that machine: its
 ``device_count()`` is what CUDA_VISIBLE_DEVICES leaves of the fake's GPUs (torch reads the variable
 the same way, ``torch/cuda/__init__.py`` ``_parse_visible_devices``).
 """
@@ -16,10 +18,12 @@ the same way, ``torch/cuda/__init__.py`` ``_parse_visible_devices``).
 from __future__ import annotations
 
 import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
 
 import pytest
-
-import os
 
 from preflight.node.transports import Transports
 from preflight.parse.visible_devices import parse_device_order, parse_visible_devices, resolve_visible_devices
@@ -27,6 +31,9 @@ from preflight.probe.nvml_transport import NvmlTransport
 from tests.fakes.fake_torch import cuda_answer, real_answer, torch_runner
 from preflight.probe.nvml_probe import take_snapshot
 from tests.fakes.nvml import FACTORY, Faults, library_argument, spec_for
+from tests.fakes.nvml_profiles import ServerSpec
+
+SYSFS_KEY = pytest.StashKey[Path]()
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -62,13 +69,32 @@ def _visible_count(transport: NvmlTransport) -> int:
                                    order).count
 
 
+def sysfs_root(spec: ServerSpec, root: Path) -> Path:
+    """``root/sys/bus/pci/devices/<bdf>/{vendor,class}`` for the machine's GPUs and host-visible NVSwitches."""
+    switches = spec.nvswitch_bus_ids if spec.nvswitch_on_pci else ()
+    for bus_id, klass in [(b, "0x030200") for b in spec.bus_ids] + [(b, "0x068000") for b in switches]:
+        folder = root / "sys" / "bus" / "pci" / "devices" / bus_id[4:].lower()  # sysfs: 4-digit domain
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "vendor").write_text("0x10de\n")
+        (folder / "class").write_text(klass + "\n")
+    return root
+
+
 def pytest_preflight_transports(config: pytest.Config) -> Transports | None:
-    """The fake NVML, and the job's torch as the fake machine's driver would have it count."""
+    """The fake NVML and sysfs, and the job's torch as the fake machine's driver would have it count."""
     transport = _transport(config)
     if transport is None:
         return None
+    root = config.stash[SYSFS_KEY] = sysfs_root(spec_for(config.getoption("fake_nvml")),
+                                                Path(tempfile.mkdtemp(prefix="preflight-fake-sysfs-")))
     if config.getoption("fake_torch_cpu"):
-        return Transports(nvml=transport, run=torch_runner(real_answer))
+        return Transports(nvml=transport, run=torch_runner(real_answer), root=root)
     count = config.getoption("fake_torch_count")
     return Transports(nvml=transport, run=torch_runner(lambda: cuda_answer(_visible_count(transport) if count is None
-                                                                           else count)))
+                                                                           else count)), root=root)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    root = config.stash.get(SYSFS_KEY, None)
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)

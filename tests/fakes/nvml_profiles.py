@@ -15,6 +15,13 @@ Figures every profile shares (per GPU model, below):
   Used 10 MiB (smi_q/V100-SXM2-32GB-POWER9-q-driver418.67-...).
 - Idle PCIe: PCIe cards train down to Gen1 at idle (smi_q RTX A6000: "Current: 1" of "Max: 4");
   SXM boards in these captures stay at their maximum (smi_q H800: Gen5 of 5, V100: Gen3 of 3).
+- PCI device ids (``nvmlPciInfo_t.pciDeviceId``, device << 16 | 0x10DE): the public PCI ID database as
+  tabulated in a GPU-product map of a public Go repository (find_string "GH100 [H20]"), agreeing with
+  NVIDIA/go-nvml ``pkg/nvml/mock/gpus`` (H100 SXM 0x2330) and with the captures (smi_q H800 "Device Id :
+  0x232410DE", smi_q RTX A6000 0x223010DE); NVSwitches: 0x22A3 on Hopper boards (NVIDIA/go-nvml#166,
+  ``lspci -nn`` of an H20 node "GH100 [H100 NVSwitch] [10de:22a3]"), 0x1AF1 on A100 boards (PCI ID database).
+- NVLink versions per generation (``NVML_NVLINK_VERSION_*``, pynvml and nvml.h): 2.0 = 2 on V100, 3.0 = 4
+  on A100, 4.0 = 6 on H100/H800/H20/H200, 5.0 = 7 on B200.
 """
 
 from __future__ import annotations
@@ -25,6 +32,9 @@ from dataclasses import dataclass
 NVLINK_2_0 = 2
 NVLINK_3_0 = 4
 NVLINK_4_0 = 6
+NVLINK_5_0 = 7
+HOPPER_NVSWITCH = 0x22A310DE
+AMPERE_NVSWITCH = 0x1AF110DE
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +54,10 @@ class GpuSpec:
     pcie_p2p: bool = True  # P2P over PCIe allowed below the CPU interconnect
     reserved_mib: int = 0  # FB "Reserved" (driver/firmware) as a 510+ driver reports it
     idle_used_mib: int = 1  # FB "Used" at idle with no process (v2 call)
+    pci_device_id: int = 0  # nvmlPciInfo_t.pciDeviceId
+    mig_profile: str = "3g.40gb"  # the slice a MIG-enabled GPU of this model is cut into here
+    mig_memory_mib: int = 40192  # that slice's memory ("MIG devices" table: 19MiB / 40192MiB on A100 80GB)
+    mig_idle_used_mib: int = 19
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +80,8 @@ class ServerSpec:
     mig_enabled: tuple[int, ...] = ()
     mig_devices: int = 0  # MIG devices configured on each MIG-enabled GPU
     hung_gpus: tuple[int, ...] = ()  # GPUs whose every NVML call blocks for ever
+    nvswitch_device_id: int = HOPPER_NVSWITCH  # what the remote PCI info and sysfs say an NVSwitch is
+    nvswitch_on_pci: bool = True  # the NVSwitches are PCI bridges the host sees (not on NVLink-5 boards)
 
 
 H100_SXM = GpuSpec(
@@ -79,6 +95,7 @@ H100_SXM = GpuSpec(
     mig_capable=True,
     reserved_mib=516,
     idle_used_mib=0,
+    pci_device_id=0x233010DE,
 )
 A100_SXM = GpuSpec(
     "Fake NVIDIA A100-SXM4-80GB",
@@ -90,6 +107,7 @@ A100_SXM = GpuSpec(
     idle_pcie_gen=4,
     mig_capable=True,
     reserved_mib=904,
+    pci_device_id=0x20B210DE,
 )
 A100_PCIE = GpuSpec(
     "Fake NVIDIA A100 80GB PCIe",
@@ -101,9 +119,14 @@ A100_PCIE = GpuSpec(
     idle_pcie_gen=1,
     mig_capable=True,
     reserved_mib=904,
+    pci_device_id=0x20B510DE,
 )
-L40S = GpuSpec("Fake NVIDIA L40S", 46068, (8, 9), pcie_max=(4, 16), idle_pcie_gen=1, reserved_mib=450)
-A10G = GpuSpec("Fake NVIDIA A10G", 23028, (8, 6), pcie_max=(4, 16), idle_pcie_gen=1, reserved_mib=450)
+L40S = GpuSpec("Fake NVIDIA L40S", 46068, (8, 9), pcie_max=(4, 16), idle_pcie_gen=1, reserved_mib=450,
+               pci_device_id=0x26B910DE)
+A10G = GpuSpec("Fake NVIDIA A10G", 23028, (8, 6), pcie_max=(4, 16), idle_pcie_gen=1, reserved_mib=450,
+               pci_device_id=0x223710DE)
+L4 = GpuSpec("Fake NVIDIA L4", 23034, (8, 9), pcie_max=(4, 16), idle_pcie_gen=1, reserved_mib=450,
+             pci_device_id=0x27B810DE)  # 23034MiB in public nvidia-smi captures of GCP g2 VMs
 V100_SXM2 = GpuSpec(
     "Fake Tesla V100-SXM2-16GB",
     16160,
@@ -114,9 +137,31 @@ V100_SXM2 = GpuSpec(
     idle_pcie_gen=3,
     row_remapping=False,
     idle_used_mib=10,
+    pci_device_id=0x1DB110DE,
 )
 RTX_A6000 = GpuSpec(
-    "Fake NVIDIA RTX A6000", 46068, (8, 6), pcie_max=(4, 16), idle_pcie_gen=1, ecc_enabled=False, reserved_mib=450
+    "Fake NVIDIA RTX A6000", 46068, (8, 6), pcie_max=(4, 16), idle_pcie_gen=1, ecc_enabled=False, reserved_mib=450,
+    pci_device_id=0x223010DE,
+)
+H800_SXM = GpuSpec(  # smi_q/H800-q-i0-driver525.105.17: "NVIDIA H800", 0x232410DE, 81559 MiB; NV8 in topo/8xH800-NV8-...
+    "Fake NVIDIA H800", 81559, (9, 0), nvlinks=8, nvlink_version=NVLINK_4_0, pcie_max=(5, 16), idle_pcie_gen=5,
+    mig_capable=True, reserved_mib=516, idle_used_mib=0, pci_device_id=0x232410DE,
+)
+H20_SXM = GpuSpec(  # a public lab note of an 8x H20 node: lspci 10de:2329, 97871 MiB, 18 links of 26.562 GB/s
+    "Fake NVIDIA H20", 97871, (9, 0), nvlinks=18, nvlink_version=NVLINK_4_0, pcie_max=(5, 16), idle_pcie_gen=5,
+    mig_capable=True, reserved_mib=516, idle_used_mib=0, pci_device_id=0x232910DE,
+)
+H200_SXM = GpuSpec(  # "NVIDIA H200 ... 1MiB / 143771MiB" in public nvidia-smi captures; PCI ID database 0x2335
+    "Fake NVIDIA H200", 143771, (9, 0), nvlinks=18, nvlink_version=NVLINK_4_0, pcie_max=(5, 16), idle_pcie_gen=5,
+    mig_capable=True, reserved_mib=516, idle_used_mib=1, pci_device_id=0x233510DE,
+)
+B200_SXM = GpuSpec(  # NVIDIA/nccl-tests#333: "NVIDIA B200 ... 0MiB / 183359MiB", NV18, driver 570.158.01
+    "Fake NVIDIA B200", 183359, (10, 0), nvlinks=18, nvlink_version=NVLINK_5_0, pcie_max=(5, 16), idle_pcie_gen=5,
+    mig_capable=True, reserved_mib=516, idle_used_mib=0, pci_device_id=0x290110DE,
+)
+UNKNOWN_SXM = GpuSpec(  # a board no table names: what NVML reports must decide, never the name
+    "Fake NVIDIA X900 Accelerator", 98304, (9, 0), nvlinks=12, nvlink_version=NVLINK_4_0, pcie_max=(5, 16),
+    idle_pcie_gen=5, reserved_mib=516, idle_used_mib=0, pci_device_id=0x2F0010DE,
 )
 H100_PCIE = GpuSpec(
     "Fake NVIDIA H100 PCIe",
@@ -129,6 +174,7 @@ H100_PCIE = GpuSpec(
     mig_capable=True,
     reserved_mib=516,
     idle_used_mib=0,
+    pci_device_id=0x233110DE,
 )
 H100_NVL = GpuSpec(
     "Fake NVIDIA H100 NVL",
@@ -141,6 +187,7 @@ H100_NVL = GpuSpec(
     mig_capable=True,
     reserved_mib=516,
     idle_used_mib=0,
+    pci_device_id=0x232110DE,
 )
 
 # DGX-1 V100 hybrid cube mesh as wired in shared/fixtures/topo/8xV100-SXM2-16GB-hybrid-cube-mesh-*.
@@ -165,6 +212,8 @@ _V100_CUBE_MESH = (
 # NVSwitches of an HGX board appear as their own PCI domains at the far end of each GPU link
 # (NVIDIA/go-nvml#166: "Link 0: Remote Device 00000008:00:00.0" on an A100 SXM4 node).
 _HGX_H100_SWITCHES = ("00000005:00:00.0", "00000006:00:00.0", "00000007:00:00.0", "00000008:00:00.0")
+_H100_8_BUS_IDS = ("00000000:18:00.0", "00000000:2A:00.0", "00000000:3A:00.0", "00000000:5D:00.0",
+                   "00000000:9A:00.0", "00000000:AB:00.0", "00000000:BA:00.0", "00000000:DB:00.0")
 _HGX_A100_SWITCHES = tuple(f"0000000{d}:00:00.0" for d in range(6, 10)) + ("0000000A:00:00.0", "0000000B:00:00.0")
 _A100_SXM_8_BUS_IDS = (
     "00000000:3F:00.0",
@@ -188,16 +237,7 @@ PROFILES: dict[str, ServerSpec] = {
             "HGX/DGX H100: 8 GPUs, 18 NVLink 4.0 links each to NVSwitches",
             "topo/8xH100-AWS-p5.48xlarge-NV18-... (NV18 every pair, two sockets); idle memory of smi_q/H800",
             (H100_SXM,) * 8,
-            (
-                "00000000:18:00.0",
-                "00000000:2A:00.0",
-                "00000000:3A:00.0",
-                "00000000:5D:00.0",
-                "00000000:9A:00.0",
-                "00000000:AB:00.0",
-                "00000000:BA:00.0",
-                "00000000:DB:00.0",
-            ),
+            _H100_8_BUS_IDS,
             (0, 0, 0, 0, 1, 1, 1, 1),
             "550.54.15",
             12040,
@@ -215,6 +255,7 @@ PROFILES: dict[str, ServerSpec] = {
             12040,
             nvswitch=True,
             nvswitch_bus_ids=_HGX_A100_SWITCHES,
+            nvswitch_device_id=AMPERE_NVSWITCH,
         ),
         ServerSpec(
             "4x-a100-pcie-bridged",
@@ -306,6 +347,7 @@ PROFILES: dict[str, ServerSpec] = {
             12020,
             nvswitch=True,
             nvswitch_bus_ids=_HGX_A100_SWITCHES,
+            nvswitch_device_id=AMPERE_NVSWITCH,
             mig_enabled=(0, 1),
             mig_devices=2,
         ),
@@ -343,6 +385,7 @@ PROFILES: dict[str, ServerSpec] = {
             11040,
             nvswitch=True,
             nvswitch_bus_ids=_HGX_A100_SWITCHES,
+            nvswitch_device_id=AMPERE_NVSWITCH,
         ),
         ServerSpec(
             "2x-h100-nvl-hung",
@@ -364,13 +407,107 @@ PROFILES: dict[str, ServerSpec] = {
             "smi/1xH100-k8s-pod-driver580.105.08-cuda13.0-memory-used-but-no-processes (74199 of 81559 MiB, "
             "'No running processes found')",
             (GpuSpec("Fake NVIDIA H100 80GB HBM3", 81559, (9, 0), nvlinks=18, nvlink_version=NVLINK_4_0,
-                     pcie_max=(5, 16), idle_pcie_gen=5, mig_capable=True, reserved_mib=516, idle_used_mib=74199),),
+                     pcie_max=(5, 16), idle_pcie_gen=5, mig_capable=True, reserved_mib=516, idle_used_mib=74199,
+                     pci_device_id=0x233010DE),),
             ("00000000:B9:00.0",),
             (0,),
             "580.105.08",
             13000,
             nvswitch=True,
             nvswitch_bus_ids=_HGX_H100_SWITCHES,
+        ),
+        ServerSpec(
+            "8x-h800-hgx",
+            "HGX H800 (export part, no 'SXM' in its name): 8 NVLink 4.0 links per GPU to NVSwitches",
+            "smi_q/H800-q-i0-driver525.105.17 ('NVIDIA H800', Device Id 0x232410DE, bus 00000000:18:00.0, "
+            "Fabric State Completed / Status Success); topo/8xH800-NV8-... (NV8 every pair, NUMA 0-3 / 4-7)",
+            (H800_SXM,) * 8,
+            _H100_8_BUS_IDS,
+            (0, 0, 0, 0, 1, 1, 1, 1),
+            "525.105.17",
+            12000,
+            nvswitch=True,
+            nvswitch_bus_ids=_HGX_H100_SWITCHES,
+        ),
+        ServerSpec(
+            "8x-h20-hgx",
+            "HGX H20: 18 NVLink 4.0 links per GPU to NVSwitches, 96 GB per GPU",
+            "a public lab note of an 8x H20 node (find_string 'GH100 [H20]'): NVIDIA H20 [10de:2329], 97871 MiB, "
+            "driver 570.133.20, NV18 every pair, 'GH100 [H100 NVSwitch] [10de:22a3]' on the bus, NUMA 0-3 / 4-7",
+            (H20_SXM,) * 8,
+            _H100_8_BUS_IDS,
+            (0, 0, 0, 0, 1, 1, 1, 1),
+            "570.133.20",
+            12080,
+            nvswitch=True,
+            nvswitch_bus_ids=_HGX_H100_SWITCHES,
+        ),
+        ServerSpec(
+            "8x-h200-hgx",
+            "HGX H200: 18 NVLink 4.0 links per GPU to NVSwitches, 141 GB per GPU",
+            "'NVIDIA H200 ... 143771MiB' in public nvidia-smi captures; NVIDIA/go-nvml mock dgxh200; "
+            "driver 570.86.15 as an H200 node spec in a public repository requires it (with fabric manager 570.86.15)",
+            (H200_SXM,) * 8,
+            _H100_8_BUS_IDS,
+            (0, 0, 0, 0, 1, 1, 1, 1),
+            "570.86.15",
+            12080,
+            nvswitch=True,
+            nvswitch_bus_ids=_HGX_H100_SWITCHES,
+        ),
+        ServerSpec(
+            "8x-b200-hgx",
+            "HGX B200: 18 NVLink 5.0 links per GPU to NVLink-5 switches that the host does not see as PCI devices",
+            "NVIDIA/nccl-tests#333 (8x NVIDIA B200, 183359 MiB, driver 570.158.01 / CUDA 12.9, these bus ids, NV18, "
+            "NUMA 0-3 / 4-7); NVLink-5 switches are managed over InfiniBand by NVLSM (Fabric Manager guide via "
+            "siderolabs/extensions#717, #893)",
+            (B200_SXM,) * 8,
+            ("00000000:1B:00.0", "00000000:43:00.0", "00000000:52:00.0", "00000000:61:00.0",
+             "00000000:9D:00.0", "00000000:C3:00.0", "00000000:D1:00.0", "00000000:DF:00.0"),
+            (0, 0, 0, 0, 1, 1, 1, 1),
+            "570.158.01",
+            12090,
+            nvswitch=True,
+            nvswitch_bus_ids=(),
+            nvswitch_device_id=0,
+            nvswitch_on_pci=False,
+        ),
+        ServerSpec(
+            "8x-unknown-nvswitch",
+            "An NVSwitch board of a model no table knows: 12 NVLink 4.0 links per GPU, fabric from NVML",
+            "made up on purpose (issue 24 item 2: 'boards you have not seen'); its NVML answers are those of the "
+            "HGX H100 profile, the name and PCI device id are unknown to every table",
+            (UNKNOWN_SXM,) * 8,
+            _H100_8_BUS_IDS,
+            (0, 0, 0, 0, 1, 1, 1, 1),
+            "580.105.08",
+            13000,
+            nvswitch=True,
+            nvswitch_bus_ids=_HGX_H100_SWITCHES,
+        ),
+        ServerSpec(
+            "2x-l4",
+            "GCP g2-standard-24: 2 L4 (PCIe, no NVLink)",
+            "a public nvidia-smi capture of a g2 VM: two 'NVIDIA L4' at 00000000:00:03.0 and :04.0, 23034MiB, "
+            "driver 535.161.07 / CUDA 12.2; L4 has no NVLink (NVML answers NOT_SUPPORTED, NVIDIA/NVSentinel#1481)",
+            (L4,) * 2,
+            ("00000000:00:03.0", "00000000:00:04.0"),
+            (0, 0),
+            "535.161.07",
+            12020,
+        ),
+        ServerSpec(
+            "4x-h100-nvl-bridged-pairs",
+            "4 H100 NVL in two NVLink-bridged pairs (0-1, 2-3), one pair per socket",
+            "H100 NVL product brief (PB-11773: cards bridged in pairs); bridge links of the NCv5 pair "
+            "(Azure/azurehpc-health-checks#162: 12 of 18 usable), NV12 pair: NVIDIA/open-gpu-kernel-modules#1333",
+            (H100_NVL,) * 4,
+            ("00000000:41:00.0", "00000000:61:00.0", "00000000:A1:00.0", "00000000:C1:00.0"),
+            (0, 0, 1, 1),
+            "550.127.05",
+            12040,
+            bonds=((0, 1, 12), (2, 3, 12)),
+            bond_links=_NCV5_BRIDGE_LINKS,
         ),
         ServerSpec(
             "2x-mixed-a6000-h100",
@@ -397,5 +534,58 @@ HEALTHY_PROFILES = (
     "1x-a10g",
     "8x-v100-sxm2",
     "8x-a100-sxm-driver470",
+    "8x-h800-hgx",
+    "8x-h20-hgx",
+    "8x-h200-hgx",
+    "8x-b200-hgx",
+    "8x-unknown-nvswitch",
+    "2x-l4",
+    "4x-h100-nvl-bridged-pairs",
 )
-"""Machines with nothing wrong: every check must PASS or SKIP (the layout check may WARN on PCIe)."""
+"""Machines with nothing wrong: every check must PASS or SKIP, whatever the interconnect (issue 24 item 4)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Row:
+    """One machine of issue 24's table: a profile, the faults on it, the job's environment, and the source."""
+
+    profile: str
+    faults: dict[str, object]
+    environ: dict[str, str]
+    source: str
+
+
+ROWS: dict[str, Row] = {
+    "h800-fabric-manager-down": Row(
+        "8x-h800-hgx", {"fabric_manager_down": True}, {},
+        "HGX H800 as smi_q/H800-... shows it, with the fabric manager not running: fabric state In Progress "
+        "(Fabric Manager guide quoted in siderolabs/extensions#717; NVIDIA/NVSentinel#883/#889: FM dead for days, "
+        "'fabric.state stays In Progress indefinitely'), NVSwitches left untrained so the links stay down"),
+    "h800-gpu3-links-down": Row(
+        "8x-h800-hgx", {"nvlinks_missing": [3]}, {},
+        "one GPU of an NVSwitch board with every link down (NVIDIA/NVSentinel#1481-style link faults; topo -m shows "
+        "the healthy NV8 elsewhere: topo/8xH800-NV8-...)"),
+    "h100-gpu5-links-down-job-0-3": Row(
+        "8x-h100-sxm", {"nvlinks_missing": [5]}, {"CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+        "an 8x H100 node (topo/8xH100-AWS-p5.48xlarge-...) with GPU5's links down and a job on half the node"),
+    "a100-mig-on-gpu0": Row(
+        "8x-a100-sxm", {"mig_enabled": [0]}, {},
+        "MIG on one GPU of an HGX A100 (a 3g.40gb slice: 40192 MiB in the 'MIG devices' table of public nvidia-smi "
+        "captures); CUDA enumerates one MIG device per process (MIG user guide via pytorch/pytorch#92315)"),
+    "h100-compute-prohibited-gpu2": Row(
+        "8x-h100-sxm", {"compute_mode": {str(i): 3 for i in range(8)} | {"2": 2}}, {},
+        "nvidia-smi -c EXCLUSIVE_PROCESS on the node and -c PROHIBITED on GPU2 (pynvml NVML_COMPUTEMODE_*; "
+        "'E. Process' in the nvidia-smi of NVIDIA/DIGITS#2005 and jade-hpc-gpu#59)"),
+    "l4-pair": Row("2x-l4", {}, {}, "GCP g2 with 2 L4 (a public nvidia-smi capture)"),
+    "a100-pcie-no-bridges": Row("4x-a100-pcie-no-bridge", {}, {}, "NVIDIA/NVSentinel#1481, NVIDIA/DCGM#49"),
+    "h100-nvl-bridged-pairs": Row("4x-h100-nvl-bridged-pairs", {}, {}, "H100 NVL product brief; azurehpc#162"),
+    "two-gpus-off-the-bus": Row(
+        "8x-h100-sxm", {"lost_at_handle": [3, 6]}, {},
+        "nvml.h nvmlDeviceGetHandleByIndex_v2: NVML_ERROR_GPU_IS_LOST 'if the target GPU has fallen off the bus'"),
+    "hung-driver": Row(
+        "2x-h100-nvl-hung", {}, {},
+        "NVIDIA/open-gpu-kernel-modules#1333 (every NVML call hangs in D state), leptonai/gpud#117 (nvidia-smi stuck); "
+        "run through the NVML child with --nvml-timeout 10: tests/test_nvml_timeout_e2e.py"),
+}
+"""Issue 24's table (the PYTHONPATH row is the torch probe's, tests of node/torch.py), each row's machine
+and where its behaviour comes from; tests/test_verdict_rows.py runs them end to end."""

@@ -14,8 +14,9 @@ from typing import Any
 
 from preflight.judge.ddp import judge_not_run
 from preflight.launch.outcome import PhaseResult
-from preflight.outcome import Metric, Verdict, View, fail, passed, skip, warn
+from preflight.outcome import Metric, Status, Verdict, View, fail, passed, skip, warn
 from preflight.parse.topo import TopoMatrix, nvlink_width
+from preflight.probe.nvml_snapshot import GpuInfo
 
 SLOW_FRACTION = 0.5
 """A pair below this fraction of the median of its link class is called slow."""
@@ -26,7 +27,7 @@ P2P_FIX = (
 )
 
 
-def judge_p2p_launch(launch: PhaseResult) -> Verdict | None:
+def judge_p2p_copy_launch(launch: PhaseResult) -> Verdict | None:
     """FAIL when the copy worker hung (naming the pair it was copying) or crashed; None when it finished."""
     if launch.ok:
         return None
@@ -44,8 +45,8 @@ def judge_p2p_launch(launch: PhaseResult) -> Verdict | None:
     return fail("P2P_TEST_CRASHED", f"peer-to-peer copy test crashed: {error}", P2P_FIX, evidence=evidence)
 
 
-def judge_p2p(result: Mapping[str, Any], names: Mapping[int, str] | None = None,
-              matrix: TopoMatrix | None = None) -> Verdict:
+def judge_p2p_copies(result: Mapping[str, Any], names: Mapping[int, str] | None = None,
+                     matrix: TopoMatrix | None = None) -> Verdict:
     """Judge the worker's result. ``names`` maps CUDA ordinals to nvidia-smi names (``GPU3``)."""
     if "skipped" in result:
         return skip(str(result["skipped"]))
@@ -152,3 +153,21 @@ def _table(pairs: Sequence[Mapping[str, Any]], label: Mapping[tuple[int, int], s
 
 def _list(items: Sequence[str]) -> str:
     return ", ".join(items[:6]) + (f" and {len(items) - 6} more" if len(items) > 6 else "")
+
+
+def judge_p2p_phase(launch: PhaseResult | None, gpus: Sequence[GpuInfo], matrix: TopoMatrix | None,
+                    evidence: Mapping[str, str]) -> Verdict:
+    """The P2P copy check: the launch's failure, else the copies judged with CUDA ordinals named as
+    nvidia-smi names the GPUs (joined by PCI bus id), with the host's IOMMU/ACS ``evidence`` on a problem."""
+    if launch is None:
+        return skip("no NVIDIA GPU pair visible to CUDA: peer-to-peer copies need at least 2 GPUs")
+    verdict = judge_p2p_copy_launch(launch)
+    if verdict is None:
+        result = (launch.ranks[0].result or {}).get("result", {})
+        by_bus = {g.pci_bus_id: f"GPU{g.index}" for g in gpus if isinstance(g.pci_bus_id, str)}
+        devices = [d for d in result.get("devices", []) if d.get("pci_bus_id") in by_bus]
+        names = {d["index"]: by_bus[d["pci_bus_id"]] for d in devices}
+        verdict = judge_p2p_copies(result, names=names, matrix=matrix)
+    if verdict.status in (Status.FAIL, Status.WARN):
+        verdict = verdict.with_extra(evidence=evidence)
+    return verdict

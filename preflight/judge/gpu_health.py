@@ -2,15 +2,17 @@
 
 Per-GPU judges take one :class:`GpuInfo` so a check can be parametrized per GPU and name it in
 every summary. A fact the GPU cannot report gives SKIP, a failed query gives ERROR; neither is
-ever taken for "healthy".
+ever taken for "healthy". One failure, one finding: a GPU that fell off the bus is the FAIL of
+:func:`judge_gpu_responds`; every other judge SKIPs it saying "GPU n is lost".
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 
+from preflight.node.devices import CudaDevice
 from preflight.outcome import Status, Verdict, View, error, fail, passed, skip, warn
-from preflight.probe.nvml import Absent
+from preflight.probe.nvml import COMPUTE_EXCLUSIVE_PROCESS, COMPUTE_MODE_NAMES, COMPUTE_PROHIBITED, Absent
 from preflight.probe.nvml_snapshot import MIB, THROTTLE_REASON_BITS, GpuInfo, NvmlSnapshot, decode_clock_event_reasons
 
 # NVML init failures that only mean "this is not a GPU machine" (SKIP unless GPUs are expected).
@@ -28,11 +30,7 @@ counts the reserve in "used" (nvml.h, nvmlMemory_t), so that much of "used" is n
 
 def no_gpu_reason(inventory: NvmlSnapshot) -> str | None:
     """Why per-GPU checks cannot run (used as their SKIP reason), or None when NVML lists GPUs."""
-    if inventory.error is not None:
-        return f"no NVIDIA GPU visible: {inventory.error.cause}"
-    if not inventory.gpus:
-        return "no NVIDIA GPU visible: NVML lists no GPU"
-    return None
+    return inventory.unavailable
 
 
 NO_GPU_FIX = ("Start the job on a GPU instance; in a container, start it with the GPUs (`docker run --gpus all`, "
@@ -54,8 +52,10 @@ def judge_gpu_presence(pci_gpus: int, nvml_gpus: int, torch_gpus: int, cpu_rehea
                 "a `torchrun --nproc-per-node=gpu` job cannot start here", NO_GPU_FIX)
 
 
-def judge_nvml(inventory: NvmlSnapshot, expect_gpus: int | None, pci_gpus: int = 0) -> Verdict:
-    """NVML starts and lists GPUs; a missing library is SKIP on a machine nobody said had GPUs."""
+def judge_nvml(inventory: NvmlSnapshot, expect_gpus: int | None, pci_gpus: int = 0,
+               job_gpus: Sequence[GpuInfo] | None = None) -> Verdict:
+    """NVML starts and lists GPUs; a missing library is SKIP on a machine nobody said had GPUs. A lost GPU
+    outside ``job_gpus`` is a fact in the summary (the job's own are test_gpu_responds' FAILs)."""
     problem = inventory.error
     if problem is not None:
         if problem.code in NOT_A_GPU_MACHINE and expect_gpus is None and pci_gpus == 0:
@@ -78,14 +78,26 @@ def judge_nvml(inventory: NvmlSnapshot, expect_gpus: int | None, pci_gpus: int =
             "(--gpus all). A GPU that fell off the bus needs a reset or a reboot.",
         )
     cuda = inventory.cuda_driver_version_text or "unknown"
+    outside = [g.index for g in inventory.gpus if g.gpu_lost and g not in job_gpus] if job_gpus is not None else []
+    aside = "".join(f"; GPU {i} is lost (fell off the bus); not used by this job" for i in outside)
     return passed(
-        f"NVML sees {len(inventory.gpus)} GPU(s); driver {inventory.driver_version}, driver CUDA {cuda}",
+        f"NVML sees {len(inventory.gpus)} GPU(s); driver {inventory.driver_version}, driver CUDA {cuda}{aside}",
         details={"backend": inventory.label, "nvml_walk_s": round(inventory.duration_s, 3)},
     )
 
 
+def lost_skip(gpu: GpuInfo) -> Verdict | None:
+    """SKIP naming a lost GPU (its one finding is :func:`judge_gpu_responds`'s), None for a GPU that answers."""
+    if not gpu.gpu_lost:
+        return None
+    return skip(f"GPU {gpu.index} is lost: nothing else can be read from it (see test_gpu_responds)")
+
+
 def _query_failed(gpu: GpuInfo, *fields: str) -> Verdict | None:
-    """ERROR naming the GPU when one of ``fields`` could not be read (a lost GPU is FAIL elsewhere)."""
+    """SKIP for a lost GPU; ERROR naming the GPU when one of ``fields`` could not be read."""
+    lost = lost_skip(gpu)
+    if lost is not None:
+        return lost
     failed = [name for name in fields if name in gpu.query_errors]
     if not failed:
         return None
@@ -96,11 +108,15 @@ def _query_failed(gpu: GpuInfo, *fields: str) -> Verdict | None:
 def judge_gpu_responds(gpu: GpuInfo) -> Verdict:
     """Every NVML query answers; GPU_IS_LOST (fell off the bus, XID 79) is FAIL."""
     if gpu.gpu_lost:
+        where = f" ({gpu.pci_bus_id})" if isinstance(gpu.pci_bus_id, str) else ""
         return fail(
             "GPU_LOST",
-            f"GPU {gpu.index}: NVML reports the GPU is lost (fell off the bus)",
-            "Read `sudo dmesg | grep -i xid` (XID 79 = fallen off the bus); reset with `sudo nvidia-smi -r -i "
-            f"{gpu.index}` or reboot; if it returns, the node needs service.",
+            f"GPU {gpu.index}{where}: NVML_ERROR_GPU_IS_LOST: the GPU fell off the bus; a job on it fails at its "
+            "first CUDA call",
+            f"Look at it with `nvidia-smi -q -i {gpu.index}` and `sudo dmesg | grep -i xid` (XID 79 = fallen off the "
+            f"bus); reset it with `sudo nvidia-smi -r -i {gpu.index}` (no process on it) or reboot; if it does not "
+            "come back, or comes back and falls off again, open a ticket with the provider naming the GPU's bus id "
+            "(the node needs service).",
             evidence={"nvml": "\n".join(f"{k}: {v}" for k, v in gpu.query_errors.items())},
         )
     if gpu.query_errors:
@@ -130,6 +146,9 @@ def judge_gpu_busy(gpu: GpuInfo, own_pids: Collection[int] = (), fail_fraction: 
         share = f"{used // MIB:,} of {total // MIB:,} MiB in use, the driver's own reserve included (driver before 510)"
     others = [] if isinstance(gpu.processes, Absent) else [p for p in gpu.processes if p.pid not in own_pids]
     act = fail if held >= fail_fraction * total else warn
+    if others and COMPUTE_EXCLUSIVE_PROCESS in _compute_modes(gpu):
+        return skip(f"{gpu.label}: another process holds it in compute mode Exclusive_Process, so the job cannot "
+                    "use it at all (see test_gpu_compute_mode); " + share)
     if others:
         listed = ", ".join(
             f"pid {p.pid} ({'?' if p.used_memory is None else f'{p.used_memory // MIB:,}'} MiB)" for p in others
@@ -211,8 +230,10 @@ def judge_memory_repairs(gpu: GpuInfo) -> Verdict:
     return skip(f"{gpu.label}: neither row remapping nor page retirement is reported by this GPU")
 
 
-def judge_mig(gpu: GpuInfo) -> Verdict:
-    """MIG off on a GPU the job uses: with MIG a process sees one slice and there is no P2P."""
+def judge_mig(gpu: GpuInfo, devices: Sequence[CudaDevice] = (), ranks: int = 1) -> Verdict:
+    """MIG on a GPU the job uses: fine for a one-rank job on the slice; NOT READY for a job of more ranks
+    (a CUDA process enumerates one MIG device, MIG devices have no peer-to-peer access: see
+    :mod:`preflight.node.devices`), a mix of MIG slices and full GPUs included."""
     failed = _query_failed(gpu, "mig_mode")
     if failed:
         return failed
@@ -225,15 +246,66 @@ def judge_mig(gpu: GpuInfo) -> Verdict:
         f"(`sudo nvidia-smi -r -i {gpu.index}`) or reboot."
     )
     if gpu.mig_enabled:
-        devices = 0 if isinstance(gpu.mig_devices, Absent) else len(gpu.mig_devices)
-        return warn(
-            "GPU_MIG_ENABLED",
-            f"{gpu.label}: MIG is enabled ({devices} MIG device(s)): a process sees one slice, no P2P or NVLink",
-            fix,
+        mine = next((d for d in devices if d.index == gpu.index), CudaDevice(gpu))
+        memory = mine.memory_total
+        size = f", {memory // MIB:,} MiB" if isinstance(memory, int) else ""
+        slices = 0 if isinstance(gpu.mig_devices, Absent) else len(gpu.mig_devices)
+        seen = f"{mine.name}{size}" + ("" if mine.certain else ", which slice CUDA picks is not documented")
+        if ranks <= 1 and len(devices) <= 1:
+            return passed(f"{gpu.label}: MIG is on ({slices} MIG device(s)); the job's one rank runs on {seen}")
+        full = [d.index for d in devices if not d.is_mig]
+        mix = f" among {len(full)} full GPU(s) ({', '.join(f'GPU {i}' for i in full)})" if full else ""
+        return fail(
+            "GPU_MIG_IN_MULTI_GPU_JOB",
+            f"{gpu.label}: MIG is on ({slices} MIG device(s)) in a job of {ranks} ranks{mix}: a CUDA process "
+            f"enumerates one MIG device ({seen}) and MIG devices have no peer-to-peer access, so "
+            "`--nproc-per-node=gpu` ranks on it fail or stall",
+            fix + " Or keep the job off it: CUDA_VISIBLE_DEVICES listing only full GPUs, or one rank per MIG slice "
+            "(CUDA_VISIBLE_DEVICES=MIG-<uuid> from `nvidia-smi -L`).",
         )
     if gpu.mig_pending is True:
-        return warn("GPU_MIG_PENDING", f"{gpu.label}: MIG turns on at the next GPU reset", fix)
+        return warn("GPU_MIG_PENDING", f"{gpu.label}: MIG turns on at the next GPU reset: a later reset leaves the job "
+                    "one slice of this GPU", fix)
     return passed(f"{gpu.label}: MIG disabled")
+
+
+def judge_compute_mode(gpu: GpuInfo, own_pids: Collection[int] = ()) -> Verdict:
+    """PROHIBITED admits no CUDA context (NOT READY: the rank cannot start); EXCLUSIVE_PROCESS admits one
+    process, fine for one rank per GPU but NOT READY when another process already holds the GPU
+    (cudaErrorDevicesUnavailable, "all CUDA-capable devices are busy or unavailable": NVIDIA/DIGITS#2005)."""
+    lost = lost_skip(gpu)
+    if lost is not None:
+        return lost
+    modes = _compute_modes(gpu)
+    if not modes:
+        return skip(f"{gpu.label}: compute mode: {gpu.compute_mode}")
+    fix = (f"Set the default compute mode: `sudo nvidia-smi -i {gpu.index} -c DEFAULT` (or ask the provider; a "
+           "scheduler may set it on purpose)")
+    if COMPUTE_PROHIBITED in modes:
+        return fail("GPU_COMPUTE_PROHIBITED",
+                    f"{gpu.label}: compute mode Prohibited: no process may create a CUDA context, so the job's rank "
+                    "on it cannot start", fix + ".")
+    others = [] if isinstance(gpu.processes, Absent) else [p for p in gpu.processes if p.pid not in own_pids]
+    if COMPUTE_EXCLUSIVE_PROCESS in modes and others:
+        pids = ", ".join(str(p.pid) for p in others)
+        return fail("GPU_EXCLUSIVE_BUSY",
+                    f"{gpu.label}: compute mode Exclusive_Process and another process already holds a context on it "
+                    f"(pid {pids}): the job's rank cannot create its own",
+                    f"Stop pid {pids} (`nvidia-smi --query-compute-apps=pid --format=csv -i {gpu.index}`), or " + fix
+                    + "; inside a container these are host pids.", details={"pids": [p.pid for p in others]})
+    names = ", ".join(sorted({COMPUTE_MODE_NAMES.get(m, str(m)) for m in modes}))
+    if COMPUTE_EXCLUSIVE_PROCESS in modes:
+        return passed(f"{gpu.label}: compute mode {names}: one process per GPU, which a job of one rank per GPU "
+                      "is (a second process that touches this GPU, e.g. a DataLoader worker calling CUDA, would fail)")
+    return passed(f"{gpu.label}: compute mode {names}")
+
+
+def _compute_modes(gpu: GpuInfo) -> set[int]:
+    """The GPU's compute mode, or with MIG on each slice's (nvml.h: only a MIG handle answers then)."""
+    if isinstance(gpu.compute_mode, int):
+        return {gpu.compute_mode}
+    slices = gpu.mig_instances if isinstance(gpu.mig_instances, tuple) else ()
+    return {m.compute_mode for m in slices if isinstance(m.compute_mode, int)}
 
 
 def judge_persistence(gpu: GpuInfo) -> Verdict:
@@ -301,17 +373,22 @@ def judge_pcie_link(gpu: GpuInfo, under_load: tuple[int, int] | None = None) -> 
 
 
 def judge_gpu_models(gpus: Sequence[GpuInfo]) -> Verdict:
-    """All GPUs the job uses are one model with one memory size: the slowest sets the pace."""
-    if not gpus:
-        return skip("no GPU to compare")
+    """All GPUs the job uses are one model with one memory size: the slowest sets the pace. The physical
+    GPUs are compared (a MIG slice is the MIG check's finding); a lost GPU is left out, named, never
+    counted as a model of its own."""
+    lost = [g.index for g in gpus if g.gpu_lost]
+    aside = "; " + ", ".join(f"GPU {i} is lost: not compared" for i in lost) if lost else ""
+    known = [g for g in gpus if not g.gpu_lost and isinstance(g.name, str)]
+    if not known:
+        return skip(f"no GPU to compare{aside}")
     groups: dict[tuple[str, int | str], list[int]] = {}
-    for gpu in gpus:
+    for gpu in known:
         memory = gpu.memory_total if isinstance(gpu.memory_total, int) else str(gpu.memory_total)
         groups.setdefault((str(gpu.name), memory), []).append(gpu.index)
     if len(groups) == 1:
         (name, memory), indices = next(iter(groups.items()))
         size = f"{memory // MIB:,} MiB" if isinstance(memory, int) else memory
-        return passed(f"{len(indices)} x {name} ({size})")
+        return passed(f"{len(indices)} x {name} ({size}){aside}")
     listed = "; ".join(
         f"GPU {','.join(map(str, idx))}: {name} ({m // MIB:,} MiB)"
         if isinstance(m, int)
@@ -320,7 +397,8 @@ def judge_gpu_models(gpus: Sequence[GpuInfo]) -> Verdict:
     )
     return warn(
         "MIXED_GPUS",
-        f"GPUs differ: {listed}",
+        f"GPUs differ: {listed}{aside}: every DDP/FSDP step waits for the slowest and memory is limited by the "
+        "smallest",
         "Run the job on GPUs of one model (select them with CUDA_VISIBLE_DEVICES=<GPU UUIDs from `nvidia-smi -L`>); "
         "in DDP/FSDP every step waits for the slowest GPU and memory is limited by the smallest.",
     )

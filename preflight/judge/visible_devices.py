@@ -21,7 +21,7 @@ from preflight.parse.visible_devices import (
     cuda_enumeration,
     parse_device_order,
 )
-from preflight.probe.torch_devices import TorchDevices
+from preflight.node.torch import JobTorch
 
 
 def _setting_text(visible: VisibleDevices) -> str:
@@ -29,23 +29,20 @@ def _setting_text(visible: VisibleDevices) -> str:
     return f"{VISIBLE_DEVICES_VAR} unset" if raw is None else f"{VISIBLE_DEVICES_VAR}={raw!r}"
 
 
-def job_gpu_count(visible: VisibleDevices, torch: TorchDevices | None) -> int:
-    """GPUs the job gets: the resolved count, or torch's when NVML cannot predict it (MIG)."""
-    if not visible.count_certain and torch is not None and torch.device_count is not None:
-        return torch.device_count
-    return visible.count
-
-
 def judge_gpu_count(
-    visible: VisibleDevices, nvml_count: int, expected: int | None, torch: TorchDevices | None = None
+    visible: VisibleDevices, job_sees: int, nvml_count: int, expected: int | None, lost: int = 0
 ) -> Verdict:
-    """The job sees ``--expect-gpus`` GPUs (FAIL otherwise), and at least one."""
-    count = job_gpu_count(visible, torch)
+    """The job sees ``--expect-gpus`` GPUs (FAIL otherwise), and at least one. ``job_sees`` is the node
+    model's answer (:attr:`preflight.node.Node.job_sees`); GPUs that fell off the bus (``lost``) are the NVML
+    check's finding, so a shortfall they explain is a SKIP naming them."""
+    count = job_sees
     seen = f"the job will see {count} GPU(s) ({visible.describe()}); NVML lists {nvml_count}; {_setting_text(visible)}"
     if expected is None and count > 0:
         return passed(seen)
     if count == expected:
         return passed(seen)
+    if lost and count + lost >= (expected or 1):
+        return skip(f"{lost} GPU(s) fell off the bus (see test_gpu_responds); {seen}")
     if nvml_count < (expected or 1):
         fix = (
             "A GPU is missing from the machine: compare `nvidia-smi -L` with the instance type, read "
@@ -60,11 +57,11 @@ def judge_gpu_count(
     return fail("GPU_COUNT_MISMATCH", f"expected {wanted} GPU(s), but {seen}", fix)
 
 
-def judge_device_agreement(visible: VisibleDevices, nvml_count: int, torch: TorchDevices) -> Verdict:
+def judge_device_agreement(visible: VisibleDevices, nvml_count: int, torch: JobTorch) -> Verdict:
     """torch.cuda.device_count() (what --nproc-per-node=gpu starts) matches NVML + the variable."""
     if torch.version is None:
-        return skip(f"torch not available: {torch.error}")
-    if torch.cuda_build is None and nvml_count > 0:
+        return skip(f"torch not available: {torch.problem}")
+    if torch.cuda is None and nvml_count > 0:
         return fail(
             "TORCH_CPU_BUILD",
             f"torch {torch.version} is a CPU-only build but NVML lists {nvml_count} GPU(s)",
@@ -74,7 +71,7 @@ def judge_device_agreement(visible: VisibleDevices, nvml_count: int, torch: Torc
     if torch.device_count is None:
         return fail(
             "TORCH_DEVICE_COUNT_FAILED",
-            f"torch {torch.version} (CUDA {torch.cuda_build}) could not count GPUs: {torch.error}",
+            f"torch {torch.version} (CUDA {torch.cuda}) could not count GPUs: {torch.device_count_error}",
             "Run `python -c 'import torch; print(torch.cuda.device_count())'` to see the error; a driver older "
             "than torch's CUDA build is the usual cause.",
         )
