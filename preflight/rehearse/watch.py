@@ -263,8 +263,10 @@ class BeatWatch:
 
     def _grow(self, headers: dict[int, beats.BeatView], now: float) -> None:
         """Set, then grow, every rank's stop (see the module doc)."""
-        running = [v for v in headers.values() if v.ended == "running" and v.count > 0]
-        if not running or len(running) < len(self.fds) or len(headers) < self.nproc:
+        if len(headers) < self.nproc or not all(v.pid for v in headers.values()):
+            return  # not every rank has started: its count is unknown
+        running = [v for v in headers.values() if v.ended == "running"]  # a rank that ended has no stop to read
+        if not running or any(v.count == 0 for v in running):
             return
         slowest = min(running, key=lambda v: v.count)
         fastest = max(v.count for v in running)
