@@ -177,3 +177,16 @@ def test_a_rank_that_ended_by_itself_does_not_keep_the_others_undecided(tmp_path
         _step(trainer, now - 0.08 + i * 0.01)
     watch.poll(now)
     assert watch.decided and int(trainer.ints[beats.STOP_AT]) == watch.stop_at < watch.undecided
+
+
+def test_when_one_rank_cannot_have_preflights_file_every_rank_keeps_the_plans_window(tmp_path):
+    (tmp_path / beats.beat_name(1)).mkdir()  # rank 1's file cannot be made (a full disk fails the same way)
+    watch = _watch(tmp_path, 2)
+    assert watch.fixed and "rank 1's beat file could not be made" in watch.problems[0]
+    beat = _rank(tmp_path, 0, target=12, capacity=watch.capacity)
+    assert int(beat.ints[beats.STOP_AT]) == 12  # where rank 1, counting in a file of its own, stops too
+    now = time.monotonic()
+    for i in range(8):
+        _step(beat, now - 0.08 + i * 0.01)
+    watch.poll(now)
+    assert int(beat.ints[beats.STOP_AT]) == 12

@@ -34,6 +34,7 @@ from preflight.options import (
     python_interpreter,
 )
 from preflight.parse.quantity import parse_param_count
+from preflight.report.redact import redact_text
 from preflight.rehearse import checks as rehearse_checks
 from preflight.rehearse.plan import (
     CPU_RANKS,
@@ -42,6 +43,8 @@ from preflight.rehearse.plan import (
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
     DEFAULT_WARMUP,
+    LAUNCHERS,
+    TORCH_RUN_MODULE,
     RehearsalPlan,
     busbw_from_report,
     check_script,
@@ -171,7 +174,9 @@ def make_plan(argv: list[str], cwd: Path, node: Callable[[str], tuple[int, int]]
     ``announce`` hears what is asked of the job's interpreter before it is asked)."""
     head, tail = split_command(argv)
     args = build_parser().parse_args(join_negative_values(head, _VALUE_OPTIONS))
-    command = job_command(tail)  # torch loads only for a torchrun line
+    if announce is not None and (Path(tail[0]).name in LAUNCHERS or TORCH_RUN_MODULE[1] in tail[1:3]):
+        announce("preflight rehearse: reading the torchrun line with torch's own parser...")  # torch loads now
+    command = job_command(tail)
     if command.python and args.python and os.path.realpath(command.python) != os.path.realpath(args.python):
         raise UsageError(f"the command runs {command.python} but --python says {args.python}: give one of them")
     python = command.python or args.python or sys.executable
@@ -217,7 +222,8 @@ def plan_line(plan: RehearsalPlan) -> str:
         ", ".join(map(str, plan.sizes[:-1])) + f" and {plan.sizes[-1]}"
     where = "GPU ranks" if plan.on_gpu else "CPU ranks (gloo: torch sees no GPU)"
     marked = f"; each call of {plan.step_function} is a step" if plan.step_function else ""
-    return (f"rehearse {shlex.join([plan.script_text, *plan.args])} on {sizes} {where} with {plan.python}: "
+    command = redact_text(shlex.join([plan.script_text, *plan.args]))  # a --hf_token in the script's arguments
+    return (f"rehearse {command} on {sizes} {where} with {plan.python}: "
             f"{plan.warmup} warm-up + at least {plan.steps} measured steps per size{marked}")
 
 

@@ -18,7 +18,17 @@ def _scaling(size: dict[str, Any]) -> str:
     if size.get("scaling") is None:
         return "-"
     text = f"{size['scaling']:.2f}x"
-    return text if size.get("ranks") == 1 or size.get("efficiency") is None else f"{text} ({size['efficiency']:.0%})"
+    if size.get("ranks") == 1 or size.get("efficiency") is None:
+        return text
+    noise = f" +/-{size['scaling_spread']:.0%}" if size.get("scaling_spread") is not None else ""
+    return f"{text} ({size['efficiency']:.0%}{noise})"
+
+
+def _rate(size: dict[str, Any]) -> str:
+    """``730 +/-5%``: steps/s with the 95 % spread of its window's blocks."""
+    rate = _num(size.get("steps_per_s"))
+    spread = size.get("steps_per_s_spread")
+    return rate if spread is None or rate == "-" else f"{rate} +/-{spread:.0%}"
 
 
 def _memory(size: dict[str, Any]) -> str:
@@ -55,7 +65,7 @@ def cells(size: dict[str, Any]) -> dict[str, str]:
         "first": human_seconds(size.get("first_step_s")),
         "p50": human_seconds(size.get("step_median_s")),
         "p90": human_seconds(size.get("step_p90_s")),
-        "rate": _num(size.get("steps_per_s")),
+        "rate": _rate(size),
         "throughput": _num(size.get("throughput")),
         "scaling": _scaling(size),
         "memory": _memory(size),

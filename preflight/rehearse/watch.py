@@ -140,6 +140,7 @@ class BeatWatch:
         self.undecided = capacity - 2  # the ranks' stop until the first decision
         self.stop_at = self.undecided
         self.decided = False
+        self.fixed = False  # the plan's window, not to be moved (a rank counts where preflight cannot write)
         self.late: str | None = None  # a decision that a rank may have overtaken (never seen in practice)
         self._next_decision = 0.0
         self.last_poll = launched
@@ -156,8 +157,12 @@ class BeatWatch:
                 self.fds[rank] = beats.create(run_dir / beats.beat_name(rank), capacity=self.capacity,
                                               target=self.target, launched=self.launched, stop_at=self.undecided)
             except OSError as exc:
-                self.problems.append(f"rank {rank}'s beat file could not be made ({exc.strerror or exc}): its "
-                                     "figures are read from its record only")
+                self.problems.append(f"rank {rank}'s beat file could not be made ({exc.strerror or exc}): it "
+                                     "counts in a file of its own, and the window is the plan's")
+        if len(self.fds) < nproc:  # a rank without preflight's file stops at the plan's step: every rank must
+            for fd in self.fds.values():
+                beats.set_stop_at(fd, self.target)
+            self.stop_at, self.decided, self.fixed = self.target, True, True
 
     def poll(self, now: float) -> str | None:
         """A frozen rank ends the launch; otherwise the window may grow."""
@@ -263,6 +268,8 @@ class BeatWatch:
 
     def _grow(self, headers: dict[int, beats.BeatView], now: float) -> None:
         """Set, then grow, every rank's stop (see the module doc)."""
+        if self.fixed:
+            return
         if len(headers) < self.nproc or not all(v.pid for v in headers.values()):
             return  # not every rank has started: its count is unknown
         running = [v for v in headers.values() if v.ended == "running"]  # a rank that ended has no stop to read
