@@ -15,7 +15,7 @@ from preflight.judge.rehearse import (
     scaling_rows,
 )
 from preflight.judge.rehearse_chart import scaling_chart
-from preflight.judge.rehearse_failure import name_failure, waiting_place
+from preflight.judge.rehearse_failure import ended_early, name_failure, waiting_place
 from preflight.outcome import Status
 from preflight.rehearse.facts import Frame, RankRun, SizeFigures, SizeRun, percentile, size_figures
 from preflight.rehearse.table import table_view, terminal_lines
@@ -475,3 +475,10 @@ def test_what_the_rehearsal_had_to_do_is_reported():
     assert verdict.status is Status.PASS and "stopped 2 processes" in verdict.summary
     assert "pid 43 (sleep 601; found by the launch's cgroup; ignored SIGTERM)" in \
         verdict.evidence["processes stopped when the launch ended"]
+
+
+def test_a_script_that_ends_by_itself_after_the_planned_steps_did_not_end_early():
+    """Seen here: ddp_seed.py ends itself after 8000 steps; on a slow, noisy run the growing window had
+    asked for more, and the same script flipped between READY and DEGRADED."""
+    run = _run(_done(0, steps=8000, ended="returned", window_s=None, window_steps=0))
+    assert ended_early(run) is None and judge_size(run, size_figures(run)).status is Status.PASS

@@ -475,6 +475,8 @@ def ended_early(run: SizeRun) -> Verdict | None:
     if not all(clean_end(r) for r in run.ranks):
         return None
     reached = min(r.steps for r in run.ranks)
+    if reached >= run.target:
+        return None  # it ran the plan's steps and ended by itself while the window was growing: not early
     measured = max(0, reached - run.warmup - 1)
     basis = (f"the figures rest on the {measured} step intervals after the warm-up" if measured
              else "too few steps after the warm-up for a steady step time: only the first step is measured")

@@ -341,7 +341,7 @@ class RehearsalSession:
             run = self.runs.get(nproc)
             if run is not None:
                 entry["stopped"] = [s.describe() for s in run.left_behind()]
-            if row is not None:
+            if row is not None and len(self.rows) >= 2:  # one size scales against nothing
                 entry.update({"scaling": row.scaling, "efficiency": row.efficiency, "scaling_spread": row.spread,
                               "comm_per_step_s": row.comm_s,
                               "cost_per_1k_steps_usd": row.cost_per_1k_steps,

@@ -229,7 +229,7 @@ class BeatWatch:
         rank = next(r for r, v in headers.items() if v is slowest)
         if idle >= WAITING_AFTER_S:
             return line(f"waiting for rank {rank}'s step {slowest.count + 1}",
-                        f"no step for {idle:.0f} s; called hung at {self.stall_s:.0f} s", done, idle, self.stall_s)
+                        f"hung if none by {self.stall_s:.0f} s", done, idle, self.stall_s)
         goal = "the window's end undecided" if not self.decided else f"to step {self.stop_at}"
         return line("measuring", f"step {slowest.count}, {goal}", done, idle, self.stall_s)
 
