@@ -7,6 +7,7 @@ import contextlib
 import importlib.util
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -146,7 +147,9 @@ def test_a_script_that_never_steps_is_named_at_the_deadline(tmp_path):
                               SEED, "--no-step", "--epochs", "100000000")
     assert report is not None and result.returncode == 1, result.stdout + result.stderr
     verdict = check(report, "test_rehearsal_size[ranks1]")
-    assert verdict["code"] == "REHEARSAL_NO_STEP" and "no optimizer step in 40 s" in verdict["summary"]
+    assert verdict["code"] == "REHEARSAL_NO_STEP", verdict["summary"]
+    seconds = re.search(r"no optimizer step in (\d+) s", verdict["summary"])  # what it ran: the rank's own
+    assert seconds and 30 <= int(seconds.group(1)) <= 40, verdict["summary"]  # deadline comes 2 s before ours
     assert "ddp_seed.py" in verdict["summary"]  # where it was at the deadline
     assert_nothing_left(tmp_path)
 
@@ -176,7 +179,8 @@ def test_an_fsdp2_script_on_one_and_two_ranks(tmp_path):
                               str(SCRIPTS / "fsdp2_train.py"))
     assert report is not None and result.returncode == 0, result.stdout + result.stderr
     assert size(report, 1)["status"] == size(report, 2)["status"] == "PASS"
-    assert size(report, 2)["steps_reached"] == [5, 5]
+    two = size(report, 2)["steps_reached"]
+    assert two[0] == two[1] >= 5  # the window grows past the plan's 5 until its spread is known, on every rank
     comm = report["rehearsal"]["communication"]
     assert comm["strategy"] == "fsdp"  # DTensor parameters seen by the optimizer
     assert comm["params"] == 2 * (32 * 32 + 32) + 32 + 1 and comm["busbw_gbps"] == 2.5
@@ -190,10 +194,12 @@ def test_a_zero2_script_with_deepspeed_counts_one_step_per_iteration(tmp_path):
     default = Path.home() / ".cache" / "preflight-tests" / "torch_extensions"
     cache = os.environ.get("TORCH_EXTENSIONS_DIR") or str(default)
     result, report = rehearse(tmp_path, *SHORT, "--timeout", "900", "--from-report", fake_report(tmp_path), "--",
-                              str(SCRIPTS / "zero2_train.py"), env={"TORCH_EXTENSIONS_DIR": cache}, timeout=2100)
+                              str(SCRIPTS / "zero2_train.py"), "--iterations", "7", env={"TORCH_EXTENSIONS_DIR": cache},
+                              timeout=2100)
     assert report is not None and result.returncode == 0, result.stdout + result.stderr
     assert size(report, 1)["status"] == size(report, 2)["status"] == "PASS"
-    assert size(report, 1)["steps_reached"] == [5] and size(report, 2)["steps_reached"] == [5, 5]
+    # the script ends itself after 7 iterations, past the plan's 5: one step per iteration reads 7
+    assert size(report, 1)["steps_reached"] == [7] and size(report, 2)["steps_reached"] == [7, 7]
     comm = report["rehearsal"]["communication"]
     assert comm["strategy"] == "zero2"
     assert 2177 <= comm["params"] <= 2177 + 8  # ZeRO's flat partitions, padded for alignment

@@ -163,10 +163,14 @@ def test_a_junit_path_that_cannot_be_written_is_refused_before_anything_runs(wor
     blocker = workdir / "file"
     blocker.write_text("")
     probed: list[str] = []
+
+    def node(python: str) -> tuple[int, int]:
+        probed.append(python)
+        return 0, 2
+
     with pytest.raises(UsageError, match="cannot write the JUnit XML to"):
-        make_plan(["--junitxml", str(blocker / "junit.xml"), "--", SCRIPT], workdir,
-                  node=lambda python: probed.append(python) or (0, 2))  # type: ignore[func-returns-value]
-    assert probed == []
+        make_plan(["--junitxml", str(blocker / "junit.xml"), "--", SCRIPT], workdir, node=node)
+    assert probed == []  # refused before the job's torch is even asked
 
 
 def test_reports_go_to_a_directory_of_their_own_by_default(workdir):
