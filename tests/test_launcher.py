@@ -126,3 +126,38 @@ def test_a_hostile_script_loses_nothing_and_leaves_nothing(tmp_path):
     time.sleep(0.2)
     assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and "sleep" in p.info["cmdline"][0]
                 and p.info["cmdline"][-1] in ("300", "301")]
+
+
+def test_the_runs_tag_finds_a_process_whatever_its_parent_and_the_cgroup_whatever_its_environment(tmp_path):
+    import subprocess
+    import sys
+
+    from preflight.launch.reaper import LaunchCgroup, Stopped, tagged
+    from preflight.workers.common import RUN_DIR_ENV
+
+    run_dir = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**os.environ, RUN_DIR_ENV: str(run_dir)})
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**os.environ, RUN_DIR_ENV: str(run_dir) + "-another-run"})
+    try:
+        time.sleep(0.3)
+        assert tagged(run_dir) == [child.pid]  # never another run's process, not even a prefix of its name
+    finally:
+        child.kill()
+        other.kill()
+        child.wait()
+        other.wait()
+    cgroup = LaunchCgroup.make()
+    if cgroup is None:
+        pytest.skip("no cgroup v2 of our own can be made here (not root, no delegation)")
+    bare = subprocess.Popen(["sleep", "60"], env={}, preexec_fn=cgroup.enter)
+    time.sleep(0.2)
+    assert cgroup.pids() == [bare.pid]
+    cgroup.kill()
+    bare.wait(timeout=10)
+    cgroup.remove()
+    assert not cgroup.path.exists()
+    fork = Stopped(pid=1, command="/v/bin/python -u /x/preflight/rehearse/bootstrap.py t.py", found_by="x",
+                   role="other", needed_kill=False)
+    assert fork.what == "a fork of a rank" and Stopped(2, "/bin/sleep 601", "x", "other", False).what == "sleep 601"

@@ -190,3 +190,13 @@ def test_when_one_rank_cannot_have_preflights_file_every_rank_keeps_the_plans_wi
         _step(beat, now - 0.08 + i * 0.01)
     watch.poll(now)
     assert int(beat.ints[beats.STOP_AT]) == 12
+
+
+def test_the_rank_logs_and_the_reports_share_one_privacy_rule():
+    """workers/rank_log.py is loaded by path in the job's interpreter, so it cannot import the report
+    writer's constants: they are kept equal here."""
+    from preflight.report import writer
+    from preflight.workers import rank_log
+
+    assert (rank_log.PRIVATE_FILE_MODE, rank_log.PRIVATE_DIR_MODE) == (writer.PRIVATE_FILE_MODE,
+                                                                       writer.PRIVATE_DIR_MODE) == (0o600, 0o700)

@@ -102,6 +102,7 @@ class LaunchCgroup:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        self._procs = os.fsencode(path / "cgroup.procs")  # ready before a fork: the child only makes syscalls
 
     @classmethod
     def make(cls) -> LaunchCgroup | None:
@@ -124,8 +125,14 @@ class LaunchCgroup:
     def enter(self) -> None:
         """Move the calling process in (a ``preexec_fn``: runs in the child before exec). Fails quietly:
         the other three ways still find the launch."""
-        with contextlib.suppress(OSError), open(self.path / "cgroup.procs", "w") as handle:
-            handle.write(str(os.getpid()))
+        try:
+            fd = os.open(self._procs, os.O_WRONLY)
+            try:
+                os.write(fd, b"%d" % os.getpid())
+            finally:
+                os.close(fd)
+        except OSError:
+            return
 
     def pids(self) -> list[int]:
         """Every process in the cgroup now."""
