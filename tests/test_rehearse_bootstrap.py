@@ -280,3 +280,17 @@ def test_the_bootstrap_writes_the_files_the_launcher_reads():
     from preflight.workers.common import RUN_DIR_ENV
 
     assert bootstrap.RUN_DIR_ENV == RUN_DIR_ENV
+
+
+def test_a_child_the_script_forks_counts_nothing_into_its_ranks_beat_file(counting, tmp_path):
+    """A DataLoader worker or Pool worker inherits the hooks and the shared mapping (os.register_at_fork)."""
+    pid = os.fork()
+    if pid == 0:  # the child: steps here must not touch the rank's count
+        model = torch.nn.Linear(4, 2)
+        _train(torch.optim.SGD(model.parameters(), lr=0.1), model, 3)
+        counting.mark()
+        counting.on_backward()
+        os._exit(0 if counting.forked and counting.count == 0 else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert _beat(tmp_path).count == 0 and not counting.forked

@@ -171,6 +171,8 @@ class StepCounter:
         self._lock = threading.Lock()
         self._final = False
         self._wrapper_code: Any = None
+        self.forked = False  # True in a child the script forked (DataLoader, Pool): it inherits the hooks
+        os.register_at_fork(after_in_child=self._in_child)
         self.beat, problem = beats.Beat.attach(run_dir / beats.beat_name(rank),
                                                capacity=capacity or self.target + 2, target=self.target,
                                                launched=self.launched)
@@ -179,6 +181,9 @@ class StepCounter:
         self.beat.ints[beats.PID] = self.pid
         self.beat.floats[beats.STARTED] = self.started
         self.beat.floats[beats.HEARTBEAT] = self.started
+
+    def _in_child(self) -> None:
+        self.forked = True
 
     def note(self, text: str) -> None:
         """Something the report should say about the rehearsal itself (a failed write, a hook error)."""
@@ -196,7 +201,7 @@ class StepCounter:
 
     def post_hook(self, optimizer: Any, args: Any, kwargs: Any) -> None:
         """Count the step; stop the rank at the step after the last one measured."""
-        if self.marking or os.getpid() != self.pid:  # marks count instead; or a forked child inherited the hook
+        if self.marking or self.forked:  # marks count instead; or a forked child inherited the hook
             return
         try:
             if self._nested():
@@ -214,7 +219,7 @@ class StepCounter:
 
     def mark(self) -> None:
         """One step, as the script marks it (``--step-function`` or ``preflight_rehearsal.step()``)."""
-        if os.getpid() != self.pid:
+        if self.forked:
             return
         try:
             if not self.marking:
@@ -247,7 +252,7 @@ class StepCounter:
     def on_backward(self) -> None:
         """A backward pass ran: a script with backward passes and no optimizer step has steps no hook can
         count; after as many backward passes as the rehearsal has steps it ends, saying so."""
-        if os.getpid() != self.pid:
+        if self.forked:
             return
         now = _now()
         self.backward += 1
