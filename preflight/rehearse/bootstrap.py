@@ -177,7 +177,7 @@ class StepCounter:
                                                capacity=capacity or self.target + 2, target=self.target,
                                                launched=self.launched)
         if problem:
-            self.note(problem)
+            self.add_note(problem)
         self.beat.ints[beats.PID] = self.pid
         self.beat.floats[beats.STARTED] = self.started
         self.beat.floats[beats.HEARTBEAT] = self.started
@@ -185,7 +185,7 @@ class StepCounter:
     def _in_child(self) -> None:
         self.forked = True
 
-    def note(self, text: str) -> None:
+    def add_note(self, text: str) -> None:
         """Something the report should say about the rehearsal itself (a failed write, a hook error)."""
         if len(self.notes) < MAX_NOTES and text not in self.notes:
             self.notes.append(text)
@@ -215,7 +215,7 @@ class StepCounter:
             if self.count == 1:
                 self._note_params(optimizer)
         except Exception as exc:  # noqa: BLE001 - the rehearsal must never break the user's step
-            self.note(f"step hook failed: {type(exc).__name__}: {exc}")
+            self.add_note(f"step hook failed: {type(exc).__name__}: {exc}")
 
     def mark(self) -> None:
         """One step, as the script marks it (``--step-function`` or ``preflight_rehearsal.step()``)."""
@@ -225,12 +225,12 @@ class StepCounter:
             if not self.marking:
                 self.marking = True
                 if self.count:  # optimizer steps seen before the first mark: the marks count from here
-                    self.note(f"the script marks its steps: {self.count} optimizer steps before its first mark "
+                    self.add_note(f"the script marks its steps: {self.count} optimizer steps before its first mark "
                               "are not counted")
                     self.count, self.starts, self.window_start = 0, [], None
             self._begin_step(None)
         except Exception as exc:  # noqa: BLE001 - never break the user's step
-            self.note(f"step mark failed: {type(exc).__name__}: {exc}")
+            self.add_note(f"step mark failed: {type(exc).__name__}: {exc}")
 
     def _begin_step(self, optimizer: Any) -> None:
         now = _now()
@@ -400,9 +400,9 @@ class StepCounter:
         """The record into the beat file (never raises: a failure is a note the next write carries)."""
         try:
             if not self.beat.write_record(self.record(starts=False)):
-                self.note("the rank's record could not be written into its beat file")
+                self.add_note("the rank's record could not be written into its beat file")
         except Exception as exc:  # noqa: BLE001 - the rank must go on and stop at its step whatever happens here
-            self.note(f"record not written: {type(exc).__name__}: {exc}")
+            self.add_note(f"record not written: {type(exc).__name__}: {exc}")
 
     # -- the watchdog thread ---------------------------------------------------------------
 
@@ -415,7 +415,7 @@ class StepCounter:
             try:
                 last_write = self._tick(last_write)
             except Exception as exc:  # noqa: BLE001 - the watchdog must outlive anything a tick meets
-                self.note(f"watchdog tick failed: {type(exc).__name__}: {exc}")
+                self.add_note(f"watchdog tick failed: {type(exc).__name__}: {exc}")
 
     def _tick(self, last_write: float) -> float:
         import torch.distributed as dist
