@@ -15,6 +15,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +71,8 @@ def size_label(nproc: int) -> str:
     return f"rehearse {nproc} rank{'s' if nproc != 1 else ''}"
 
 
-def launch_size(plan: RehearsalPlan, nproc: int, run_dir: Path, on_watch: Any = None) -> SizeRun:
+def launch_size(plan: RehearsalPlan, nproc: int, run_dir: Path,
+                on_watch: Callable[[BeatWatch], None] | None = None) -> SizeRun:
     """One torchrun launch of the script on ``nproc`` ranks, as the job's own would be, in the job's
     interpreter. ``on_watch(watch)`` learns the launch's beat watch (the live line reads it)."""
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -181,7 +183,7 @@ class RehearsalSession:
         watch, nproc = current
         return watch.status(nproc, time.monotonic())
 
-    def _on_watch(self, nproc: int) -> Any:
+    def _on_watch(self, nproc: int) -> Callable[[BeatWatch], None]:
         def remember(watch: BeatWatch) -> None:
             with self._watch_lock:
                 self.watch = (watch, nproc)
