@@ -9,12 +9,13 @@ Usage: python benchmarks/rehearse_overhead.py [--steps 20000] [--rounds 5] [--np
    rank: coalescing by parameter group, the nested-step check, the first step's parameter count).
    Timed in this thread's CPU time, so other processes' load on a shared host does not count.
    Prints the medians and the difference per step.
-2. Wall time, per rank count: a bare ``torchrun --standalone --nproc-per-node=K trivial_train.py
-   --steps W+S`` (the script stops itself) against ``preflight rehearse --nproc K --warmup W
-   --steps S --no-sweep -- trivial_train.py`` (the bootstrap stops it), alternating, medians of
-   ``--launch-rounds``. The difference is what rehearsal adds beyond the script's own run: the
-   pytest session and its reports, the bootstrap, the stop. The rehearsal's own report gives the
-   split (time to the first step, the measured steps).
+2. Wall time, per rank count: ``preflight rehearse --nproc K --warmup W --steps S --no-sweep --
+   trivial_train.py`` (the bootstrap stops it, at the step the window's spread asked for) against a
+   bare ``torchrun --standalone --nproc-per-node=K trivial_train.py --steps N`` with N the steps the
+   rehearsal ran (the script stops itself), alternating, medians of ``--launch-rounds``. The
+   difference is what rehearsal adds beyond the script's own run: the pytest session and its reports,
+   the bootstrap, the stop. The rehearsal's own report gives the split (time to the first step, the
+   measured steps).
 """
 
 from __future__ import annotations
@@ -70,7 +71,7 @@ def hook_cost(steps: int, rounds: int) -> None:
 
     with tempfile.TemporaryDirectory() as tmp:
         state = bootstrap.StepCounter(Path(tmp), rank=0, script="bench", warmup=0, steps=10**12, stall_s=1e9,
-                                    deadline=None, launched=None, parent_pid=None)
+                                      deadline=None, launched=None, parent_pid=None, capacity=steps + 2)
         cases = (("trivial SGD.step", trivial.step, steps), ("Linear fwd+bwd+step", real, steps // 10))
         for name, step, count in cases:
             timings: dict[str, list[float]] = {"none": [], "empty": [], "rehearsal": []}
@@ -104,21 +105,21 @@ def wall_time(sizes: list[int], warmup: int, measured: int, rounds: int) -> None
         with tempfile.TemporaryDirectory() as tmp:
             cwd = Path(tmp)
             for _ in range(rounds):
-                bare.append(_timed([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                    f"--nproc-per-node={nproc}", str(TRIVIAL), "--steps", str(warmup + measured + 1)],
-                                   cwd))
                 rehearsed.append(_timed([sys.executable, "-m", "preflight", "rehearse", "--nproc", str(nproc),
                                          "--warmup", str(warmup), "--steps", str(measured), "--no-sweep",
                                          "--report-dir", str(cwd / "reports"), "--", str(TRIVIAL)], cwd))
                 report = json.loads((cwd / "reports" / "preflight.json").read_text())
                 size = report["rehearsal"]["sizes"][0]
+                bare.append(_timed([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                                    f"--nproc-per-node={nproc}", str(TRIVIAL), "--steps",
+                                    str(max(size["steps_reached"]) + 1)], cwd))
                 firsts.append(size["first_step_s"])
                 windows.append(size["measured_steps"] / size["steps_per_s"])
                 runs.append(report["run"]["duration_s"])
         b, r = statistics.median(bare), statistics.median(rehearsed)
         print(f"{nproc} rank{'s' if nproc > 1 else ' '}: bare torchrun {b:6.2f} s   preflight rehearse {r:6.2f} s   "
               f"adds {r - b:5.2f} s ({r / b:.2f}x)   [rehearsal: first step {statistics.median(firsts):.2f} s after "
-              f"launch, {measured} steps {statistics.median(windows) * 1000:.1f} ms, pytest session "
+              f"launch, the window {statistics.median(windows) * 1000:.1f} ms, pytest session "
               f"{statistics.median(runs):.2f} s]")
 
 
@@ -133,8 +134,9 @@ def main() -> None:
     args = parser.parse_args()
     print("Per optimizer step (medians of rounds, this process):")
     hook_cost(args.steps, args.rounds)
-    print("Wall time (medians of rounds):")
-    wall_time([int(k) for k in args.nproc.split(",")], args.warmup, args.measured, args.launch_rounds)
+    if args.launch_rounds:
+        print("Wall time (medians of rounds):")
+        wall_time([int(k) for k in args.nproc.split(",") if k], args.warmup, args.measured, args.launch_rounds)
 
 
 if __name__ == "__main__":

@@ -260,6 +260,67 @@ def run_child(repo: Path, case: BadInput, command: str, timeout_s: float = 30.0)
     return True, lines[0]
 
 
+# -- preflight rehearse: usage errors found before anything runs (issue 25 items 3 and 8) ----------------
+# Appended as a block of its own: it wraps argv() and every_case() so the tables above stay as they are.
+
+
+def _train_py(tmp: Path) -> Path:
+    script = tmp / "train.py"
+    script.write_text("def train_step():\n    pass\n")
+    return script
+
+
+def _unwritable_junit(tmp: Path) -> str:
+    _train_py(tmp)
+    (tmp / "a-file").write_text("")
+    return str(tmp / "a-file" / "junit.xml")  # its parent is a file
+
+
+def _missing_python(tmp: Path) -> str:
+    _train_py(tmp)
+    return str(tmp / "no-venv" / "bin" / "python")
+
+
+def _script_only(tmp: Path) -> str:
+    return str(_train_py(tmp))
+
+
+REHEARSE_FLAGS = {
+    "rehearse-junit-under-a-file": ["--junitxml"],
+    "rehearse-python-missing": ["--python"],
+    "rehearse-command-python-missing": [],
+    "rehearse-step-function-missing": ["--step-function", "sgd_update", "--"],
+    "rehearse-step-function-not-a-name": ["--step-function", "x y", "--"],
+}
+REHEARSE_CASES: tuple[BadInput, ...] = (
+    BadInput("rehearse-junit-under-a-file", ("rehearse",), _unwritable_junit, "cannot write the JUnit XML to"),
+    BadInput("rehearse-python-missing", ("rehearse",), _missing_python, "no such interpreter"),
+    BadInput("rehearse-command-python-missing", ("rehearse",), _missing_python, "no such interpreter"),
+    BadInput("rehearse-step-function-missing", ("rehearse",), _script_only, "defines no function of that name"),
+    BadInput("rehearse-step-function-not-a-name", ("rehearse",), _script_only, "takes a function name"),
+)
+
+_file_argv = argv
+_file_cases = every_case
+
+
+def argv(case: BadInput, command: str, path: str, tmp: Path) -> list[str]:  # noqa: F811 - wraps the one above
+    """The command line of ``case`` for ``command`` (``rehearse``: the case's flags, then the script)."""
+    if command != "rehearse":
+        return _file_argv(case, command, path, tmp)
+    flags = REHEARSE_FLAGS[case.id]
+    if case.id == "rehearse-command-python-missing":
+        return ["rehearse", "--", path, str(tmp / "train.py")]
+    if flags and flags[-1] == "--":
+        return ["rehearse", *flags, path]
+    return ["rehearse", *flags, path, "--", str(tmp / "train.py")]
+
+
+def every_case() -> list[tuple[BadInput, str]]:  # noqa: F811 - wraps the one above
+    """(case, command) for every bad input and every command it applies to, rehearse's included."""
+    return [*_file_cases(), *((case, "rehearse") for case in REHEARSE_CASES)]
+
+
 if __name__ == "__main__":
     repo = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent
     clean = 0

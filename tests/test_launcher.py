@@ -71,3 +71,93 @@ def test_a_hung_rank_ends_at_the_deadline_and_leaves_no_process(tmp_path):
     verdict = judge_ddp_step(result)
     assert verdict.status is Status.FAIL and verdict.code == "DDP_RANK_HUNG"
     assert "rank 1" in verdict.summary
+
+
+def test_torchrun_killed_by_sigkill_is_named_as_the_oom_killers_not_a_peer_failure(tmp_path):
+    result = launch_phase("tests.workers.faulty:run", nproc=2, args=["kill-torchrun", "1"], run_dir=tmp_path)
+    assert not result.ok and result.launcher_signal == 9
+    text = result.describe()
+    assert text.startswith("torchrun was killed by signal 9 (SIGKILL), probably the OOM killer: see `dmesg")
+    assert "after a peer failed" not in text
+    verdict = judge_ddp_step(result)
+    assert verdict.status is Status.FAIL and "OOM killer" in verdict.summary
+
+
+HOSTILE = '''
+import os, shutil, subprocess, sys, time
+run_dir = os.environ["PREFLIGHT_RUN_DIR"]
+os.dup2(os.open(os.path.join(run_dir, "rank0.log"), os.O_WRONLY | os.O_APPEND), 1)  # as a rank's bootstrap does
+sys.stdout.write(("z" * 1023 + "\\n") * 1024 * 40)  # 40 MB
+print("the end of the log", flush=True)
+if os.fork() == 0:  # a setsid double-fork daemon: it keeps the environment (the run's tag)
+    os.setsid()
+    if os.fork() == 0:
+        time.sleep(300)
+    os._exit(0)
+subprocess.Popen(["setsid", "sleep", "301"], env={}, start_new_session=True)  # no tag: only a cgroup finds it
+time.sleep(0.5)
+shutil.rmtree(run_dir)  # "cleaning up"
+'''
+
+
+def test_a_hostile_script_loses_nothing_and_leaves_nothing(tmp_path):
+    """It prints 40 MB, leaves two daemons and deletes the launch's directory: the logs come back (cut to
+    their ends), the daemons are found and stopped, and the launch says what it had to stop."""
+    from preflight.launch.logs import KEEP_BYTES
+    from preflight.launch.reaper import LaunchCgroup
+    from preflight.launch.torchrun import launch_script
+
+    script = tmp_path / "hostile.py"
+    script.write_text(HOSTILE)
+    run_dir = tmp_path / "reports" / "logs" / "run"
+    result = launch_script(script, nproc=1, run_dir=run_dir, deadline_s=120)
+    assert result.files_removed and result.log_bytes[0] > 40 * 2**20
+    log = run_dir / "rank0.log"
+    assert KEEP_BYTES <= log.stat().st_size < KEEP_BYTES + 1000 and "the end of the log" in result.ranks[0].log_tail
+    assert "bytes of this log left out" in log.read_text(errors="replace")
+    for path in (run_dir, run_dir.parent, run_dir.parent.parent):
+        assert path.stat().st_mode & 0o777 == 0o700
+    assert log.stat().st_mode & 0o777 == (run_dir / "torchrun.log").stat().st_mode & 0o777 == 0o600
+    others = [s for s in result.stopped if s.role == "other"]
+    assert any(s.found_by == "the run's tag" for s in others), result.stopped
+    if LaunchCgroup.make() is not None:  # root or a delegated cgroup: the sleeper without the tag too
+        assert any("sleep 301" in s.command and s.found_by == "the launch's cgroup" for s in others), result.stopped
+    assert result.leftovers == ()
+    time.sleep(0.2)
+    assert not [p for p in psutil.process_iter(["cmdline"]) if p.info["cmdline"] and "sleep" in p.info["cmdline"][0]
+                and p.info["cmdline"][-1] in ("300", "301")]
+
+
+def test_the_runs_tag_finds_a_process_whatever_its_parent_and_the_cgroup_whatever_its_environment(tmp_path):
+    import subprocess
+    import sys
+
+    from preflight.launch.reaper import LaunchCgroup, Stopped, tagged
+    from preflight.workers.common import RUN_DIR_ENV
+
+    run_dir = tmp_path / "run"
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**os.environ, RUN_DIR_ENV: str(run_dir)})
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"],
+                             env={**os.environ, RUN_DIR_ENV: str(run_dir) + "-another-run"})
+    try:
+        time.sleep(0.3)
+        assert tagged(run_dir) == [child.pid]  # never another run's process, not even a prefix of its name
+    finally:
+        child.kill()
+        other.kill()
+        child.wait()
+        other.wait()
+    cgroup = LaunchCgroup.make()
+    if cgroup is None:
+        pytest.skip("no cgroup v2 of our own can be made here (not root, no delegation)")
+    bare = subprocess.Popen(["sleep", "60"], env={}, preexec_fn=cgroup.enter)
+    time.sleep(0.2)
+    assert cgroup.pids() == [bare.pid]
+    cgroup.kill()
+    bare.wait(timeout=10)
+    cgroup.remove()
+    assert not cgroup.path.exists()
+    fork = Stopped(pid=1, command="/v/bin/python -u /x/preflight/rehearse/bootstrap.py t.py", found_by="x",
+                   role="other", needed_kill=False)
+    assert fork.what == "a fork of a rank" and Stopped(2, "/bin/sleep 601", "x", "other", False).what == "sleep 601"

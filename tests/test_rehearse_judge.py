@@ -15,10 +15,11 @@ from preflight.judge.rehearse import (
     scaling_rows,
 )
 from preflight.judge.rehearse_chart import scaling_chart
-from preflight.judge.rehearse_failure import name_failure, waiting_place
+from preflight.judge.rehearse_failure import ended_early, name_failure, waiting_place
 from preflight.outcome import Status
 from preflight.rehearse.facts import Frame, RankRun, SizeFigures, SizeRun, percentile, size_figures
 from preflight.rehearse.table import table_view, terminal_lines
+from preflight.rehearse.watch import Spread
 
 SITE = "/venv/lib/python3.11/site-packages"
 RUNPY = (Frame("/venv/preflight/rehearse/bootstrap.py", 430, "main", "runpy.run_path(script)"),
@@ -45,7 +46,7 @@ def _done(rank: int, steps: int = 12, step_s: float = 0.1, first: float = 5.0, *
 
 def _run(*ranks: RankRun, nproc: int | None = None, **extra) -> SizeRun:
     return SizeRun(nproc=nproc or len(ranks), ranks=ranks, warmup=2, steps=10, deadline_s=extra.pop("deadline_s", 60.0),
-                   stall_s=extra.pop("stall_s", 10.0), duration_s=20.0, **extra)
+                   stall_s=extra.pop("stall_s", 10.0), duration_s=extra.pop("duration_s", 20.0), **extra)
 
 
 def test_a_size_that_ran_its_steps_passes_with_its_figures():
@@ -95,7 +96,7 @@ def test_a_rank_killed_by_sigkill_points_at_the_oom_killer():
     stopped = RankRun(rank=0, ended="killed", steps=4, exit_code=-signal.SIGTERM, launcher_state="stopped")
     verdict = name_failure(_run(stopped, killed, root_cause=1))
     assert verdict is not None and verdict.code == "REHEARSAL_OOM"
-    assert "rank 1 killed by SIGKILL" in verdict.summary and "OOM killer" in verdict.summary
+    assert "rank 1 killed by signal 9 (SIGKILL), probably the OOM killer: see `dmesg" in verdict.summary
 
 
 def test_a_hang_names_the_rank_the_others_wait_for_and_the_step():
@@ -149,7 +150,7 @@ def test_a_rank_that_left_early_while_its_peer_waits_is_named():
 
 def test_no_step_before_the_deadline_says_where_the_ranks_were():
     rank = RankRun(rank=0, ended="deadline", steps=0, stack=SLEEPING, idle_s=58.0)
-    verdict = name_failure(_run(rank))
+    verdict = name_failure(_run(rank, duration_s=63.0))  # the deadline ended it: the 60 s are what it ran
     assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP"
     assert "no optimizer step in 60 s" in verdict.summary and "train.py:73" in verdict.summary
 
@@ -169,7 +170,7 @@ def test_one_look_inside_ddp_forward_of_a_loop_that_never_steps_is_not_a_hung_li
     in_forward = (*RUNPY, Frame("/work/train.py", 61, "main", "loss = F.mse_loss(ddp(x), y)"),
                   Frame(f"{SITE}/torch/nn/parallel/distributed.py", 1680, "forward", "inputs, kwargs = self._pre_forward"))
     rank = RankRun(rank=0, ended="deadline", steps=0, stack=in_forward, pg_up_s=3.0, idle_s=38.0, still_s=0.002)
-    verdict = name_failure(_run(rank, deadline_s=40.0, stall_s=8.0))
+    verdict = name_failure(_run(rank, deadline_s=40.0, stall_s=8.0, duration_s=41.0))
     assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP"
     assert "no optimizer step in 40 s" in verdict.summary and "was still running at train.py:61 (loss = F.mse_loss(ddp(x), y)), not stuck" in verdict.summary
     stuck = RankRun(rank=0, ended="deadline", steps=0, stack=in_forward, pg_up_s=3.0, idle_s=38.0, still_s=30.0)
@@ -192,8 +193,13 @@ def test_a_jit_build_at_the_deadline_is_not_taken_for_a_collective():
 
 
 def test_a_script_that_ends_without_a_step():
-    verdict = name_failure(_run(RankRun(rank=0, ended="returned", steps=0)))
-    assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP" and "ended without" in verdict.summary
+    verdict = name_failure(_run(RankRun(rank=0, ended="returned", steps=0, ended_s=3.5,
+                                        log_tail="[preflight rehearsal rank 0] pid 1 running train.py\n"
+                                                 "Unable to locate sufficient 2 gpus to train\n")))
+    assert verdict is not None and verdict.code == "REHEARSAL_NO_STEP"
+    assert verdict.summary == ('1 rank: the script ended by itself 3.5 s after the launch without a single optimizer '
+                               'step; its last output: "Unable to locate sufficient 2 gpus to train"')
+    assert "--timeout" not in (verdict.remediation or "")
 
 
 def test_a_script_that_ends_early_is_measured_and_warned():
@@ -212,10 +218,11 @@ def test_the_deadline_in_the_middle_of_steady_steps_is_slow_not_hung():
     assert verdict is not None and verdict.code == "REHEARSAL_DEADLINE" and verdict.status is Status.WARN
 
 
-def _fig(nproc: int, steps_per_s: float) -> SizeFigures:
+def _fig(nproc: int, steps_per_s: float, spread: float | None = 0.02, idle: tuple[int, ...] = ()) -> SizeFigures:
     return SizeFigures(nproc=nproc, first_step_s=5.0, step_median_s=1 / steps_per_s, step_p90_s=1 / steps_per_s,
                        steps_per_s=steps_per_s, measured_steps=50, complete=True, peak_memory_bytes=(1,) * nproc,
-                       memory_kind="GPU", steps_reached=(55,) * nproc)
+                       memory_kind="GPU", steps_reached=(55,) * nproc,
+                       spread=Spread(steps_per_s, spread, 6) if spread is not None else None, idle_ranks=idle)
 
 
 def test_the_communication_model_follows_the_strategy():
@@ -233,7 +240,7 @@ def test_scaling_near_linear_passes_with_cost_per_thousand_steps():
     assert [round(r.scaling, 2) for r in rows] == [1.0, 1.94, 7.12]
     assert rows[2].cost_per_1k_steps == pytest.approx(98.0 * (1 / 2.85) * 1000 / 3600)
     verdict = judge_scaling(rows, None)
-    assert verdict.status is Status.PASS and "8 ranks 7.12x (89% of linear)" in verdict.summary
+    assert verdict.status is Status.PASS and "8 ranks 7.12x (89% of linear, +/-3%)" in verdict.summary
 
 
 def test_scaling_well_short_of_linear_is_degraded_and_says_whether_the_link_explains_it():
@@ -305,3 +312,173 @@ def test_a_rehearsal_section_validates_against_the_shipped_schema(tmp_path):
     assert isinstance(report["checks"], list) and report["rehearsal"]["sizes"][2]["status"] == "NOT RUN"
     validate_report(report)
     assert first_problem(report) is None
+
+
+# -- issue 25 item 7, issue 26 item 4: causes and figures only from what was observed ---------------------
+
+
+IN_CUDA = (*RUNPY, Frame("/work/train.py", 89, "main", 'torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))'),
+           Frame(f"{SITE}/torch/cuda/__init__.py", 567, "set_device", "torch._C._cuda_setDevice(device)"))
+
+
+def _ran(rank: int, steps: int, **extra) -> RankRun:
+    return _done(rank, steps=steps, window_s=None, window_steps=0, **extra)
+
+
+def test_a_scripts_own_os_exit_is_named_with_where_it_was_called():
+    exited = _ran(0, 5, ended="os_exit", exit_code=3, error_type="os._exit", error_message="os._exit(3)",
+                  error_frames=(*RUNPY, Frame("/work/train.py", 40, "main", "os._exit(3)")))
+    verdict = name_failure(_run(exited))
+    assert verdict is not None and verdict.code == "REHEARSAL_CRASHED"
+    assert verdict.summary == "1 rank: rank 0 called os._exit(3) at train.py:40 (os._exit(3)) after step 5"
+    clean = _ran(0, 5, ended="os_exit", exit_code=0, error_frames=(Frame("/work/train.py", 40, "main", "os._exit(0)"),))
+    early = judge_size(_run(clean), size_figures(_run(clean)))
+    assert early.code == "REHEARSAL_ENDED_EARLY" and "called os._exit(0) at train.py:40" in early.summary
+
+
+def test_a_rank_frozen_in_native_code_is_the_one_named_not_its_stale_stack():
+    waiter = _ran(0, 3, ended="stalled", stack=IN_BACKWARD, idle_s=8.0, still_s=7.0)
+    frozen = _ran(1, 3, ended="killed", stack=(*RUNPY, Frame("<frozen importlib._bootstrap_external>", 729, "x")),
+                  exit_code=-signal.SIGTERM, launcher_state="crashed", frozen_s=14.0,
+                  frozen_state="state S waiting in hrtimer_nanosleep")
+    verdict = name_failure(_run(waiter, frozen, stall_s=8.0))
+    assert verdict is not None and verdict.code == "REHEARSAL_HUNG" and verdict.details["ranks_behind"] == [1]
+    assert verdict.summary.startswith("2 ranks hung after step 3: rank 1's Python watchdog was silent for 14 s while "
+                                      "the process lived (state S waiting in hrtimer_nanosleep): native code held the "
+                                      "GIL")
+    assert "importlib" not in verdict.summary and "py-spy" in (verdict.remediation or "")
+
+
+def test_a_script_that_needs_cuda_rehearsed_without_a_gpu_says_so_and_where():
+    crashed = RankRun(rank=0, ended="raised", steps=0, error_type="builtins.AttributeError",
+                      error_message="module 'torch._C' has no attribute '_cuda_setDevice'", error_frames=IN_CUDA)
+    verdict = name_failure(_run(crashed))
+    assert verdict is not None and verdict.code == "REHEARSAL_NEEDS_GPU"
+    assert verdict.summary.startswith('1 rank: this script calls torch.cuda.set_device at train.py:89 (torch.cuda.'
+                                      'set_device(int(os.environ["LOCAL_RANK"]))), and torch sees no GPU here: '
+                                      'rehearse it on a GPU node')
+    nccl = RankRun(rank=0, ended="raised", steps=0, error_type="builtins.RuntimeError",
+                   error_message="Distributed package doesn't have NCCL built in",
+                   error_frames=(*RUNPY, Frame("/work/train.py", 30, "main", 'dist.init_process_group("nccl")'),
+                                 Frame(f"{SITE}/torch/distributed/distributed_c10d.py", 1700, "init_process_group")))
+    assert "calls torch.distributed.init_process_group with the NCCL backend at train.py:30" in \
+        name_failure(_run(nccl)).summary
+    on_gpu = name_failure(_run(crashed, on_gpu=True))
+    assert on_gpu is not None and on_gpu.code == "REHEARSAL_CRASHED"  # on a GPU node it is the script's own error
+
+
+def test_steps_no_hook_can_count_are_said_so_with_how_to_mark_them():
+    manual = RankRun(rank=0, ended="uncountable", steps=0, backward_passes=56, backward_span_s=2.5)
+    verdict = name_failure(_run(manual))
+    assert verdict is not None and verdict.status is Status.ERROR and verdict.code == "REHEARSAL_STEPS_UNCOUNTED"
+    assert verdict.summary == ("1 rank: steps cannot be counted: the script ran 56 backward passes in 2.5 s and it "
+                               "uses no torch.optim optimizer (it updates its parameters itself); mark its steps to "
+                               "rehearse it")
+    assert "--step-function" in (verdict.remediation or "") and "preflight_rehearsal" in (verdict.remediation or "")
+
+
+def test_a_rank_that_never_stepped_is_named_and_its_size_left_out_of_the_scaling():
+    idle = RankRun(rank=1, ended="returned", steps=0, ended_s=0.4)
+    run = _run(_done(0), idle)
+    fig = size_figures(run)
+    assert fig is not None and fig.idle_ranks == (1,)
+    verdict = judge_size(run, fig)
+    assert verdict.status is Status.WARN and verdict.code == "REHEARSAL_RANK_IDLE"
+    assert verdict.summary.startswith("2 ranks: rank 1 returned 0.4 s after the launch without an optimizer step, "
+                                      "while rank 0 ran 12 steps")
+    rows = scaling_rows([_fig(1, 3.0), _fig(2, 3.3, idle=(1,))], None, None)
+    assert [r.nproc for r in rows] == [1]  # no "2.20x (110 %)" from a rank that did nothing
+    skipped = judge_scaling(rows, None, left_out=["2 ranks (rank 1 never stepped)"])
+    assert skipped.status is Status.SKIP and "left out: 2 ranks (rank 1 never stepped)" in skipped.summary
+
+
+def test_a_torchrun_the_oom_killer_ended_is_named_not_a_peer_failure():
+    ranks = [RankRun(rank=r, ended="killed", steps=6, launcher_state="stopped") for r in (0, 1)]
+    verdict = name_failure(_run(*ranks, launcher_signal=signal.SIGKILL))
+    assert verdict is not None and verdict.code == "REHEARSAL_OOM"
+    assert verdict.summary == ("2 ranks: torchrun was killed by signal 9 (SIGKILL), probably the OOM killer: see "
+                               "`dmesg | grep -i oom`, after step 6; every rank ended with it")
+
+
+def test_a_launch_that_started_no_rank_quotes_torchrun():
+    missing = RankRun(rank=0, ended="missing", steps=0, launcher_state="stopped")
+    tail = "/venv/bin/python: Error while finding module specification for 'torch.distributed.run' " \
+           "(ModuleNotFoundError: No module named 'torch')"
+    verdict = name_failure(_run(missing, launcher_tail=tail, duration_s=0.4))
+    assert verdict is not None and verdict.code == "REHEARSAL_CRASHED"
+    assert verdict.summary == f"1 rank: torchrun started no rank in 0.4 s: {tail}"
+
+
+def test_scaling_is_judged_only_beyond_its_noise():
+    noisy = judge_scaling(scaling_rows([_fig(1, 2.0, 0.2), _fig(2, 1.0, 0.25)], None, None), None)
+    assert noisy.status is Status.SKIP and noisy.summary.startswith("not measurable on this machine: at 2 ranks")
+    straddle = judge_scaling(scaling_rows([_fig(1, 2.0, 0.05), _fig(2, 1.56, 0.05)], None, None), None)
+    assert straddle.status is Status.SKIP and "straddles the 80% line" in straddle.summary
+    cpu = judge_scaling(scaling_rows([_fig(1, 2.0), _fig(2, 1.9)], None, None), None,
+                        unmeasurable="2 CPU ranks (gloo) on 2 cores share them")
+    assert cpu.status is Status.SKIP and cpu.summary.startswith("not measurable on this machine: 2 CPU ranks")
+
+
+def test_more_than_linear_is_named_and_never_a_pass():
+    super_rows = scaling_rows([_fig(1, 1.0), _fig(2, 1.98)], None, None)  # 3.96x on 2 ranks: a global batch
+    verdict = judge_scaling(super_rows, None)
+    assert verdict.status is Status.WARN and verdict.code == "REHEARSAL_SCALING_SUPERLINEAR"
+    assert "198% of linear" in verdict.summary and "cache effects" in verdict.summary
+    within = judge_scaling(scaling_rows([_fig(1, 1.0, 0.04), _fig(2, 1.02, 0.04)], None, None), None)
+    assert within.status is Status.PASS and "above 100 % only within the noise" in within.summary
+
+
+def test_cpu_ranks_that_share_the_cores_cannot_show_scaling(tmp_path):
+    from preflight.rehearse.plan import RehearsalPlan
+    from preflight.rehearse.session import cpu_unmeasurable
+
+    def plan(cores: int, on_gpu: bool = False) -> RehearsalPlan:
+        return RehearsalPlan(script=tmp_path / "t.py", script_text="t.py", args=(), cwd=tmp_path, sizes=(1, 2),
+                             cpu_cores=cores, on_gpu=on_gpu)
+
+    assert "2 CPU ranks (gloo) on 2 cores" in (cpu_unmeasurable(plan(2)) or "")
+    assert cpu_unmeasurable(plan(16)) is None and cpu_unmeasurable(plan(2, on_gpu=True)) is None
+
+
+def test_the_link_is_predicted_only_for_what_the_script_does(tmp_path):
+    from preflight.rehearse.plan import RehearsalPlan
+    from preflight.rehearse.session import RehearsalSession
+
+    plan = RehearsalPlan(script=tmp_path / "t.py", script_text="t.py", args=(), cwd=tmp_path, sizes=(1, 2),
+                         busbw_gbps=10.0, busbw_source="given")
+    session = RehearsalSession(plan, tmp_path)
+    session.runs = {2: _run(_done(0), _done(1))}  # no DDP module, no DTensor, no DeepSpeed
+    comm, note = session._comm_model([_fig(1, 3.0), _fig(2, 2.9)])
+    assert comm is None and note is not None and "no gradient exchange is predicted" in note
+    session.runs = {2: _run(_done(0, ddp_modules=1), _done(1, ddp_modules=1))}
+    comm, _ = session._comm_model([_fig(1, 3.0), _fig(2, 2.9)])
+    assert comm is not None and comm.strategy == "ddp"
+
+
+def test_what_the_rehearsal_had_to_do_is_reported():
+    from preflight.judge.rehearse_failure import run_notes
+    from preflight.launch.reaper import Stopped
+
+    daemon = Stopped(pid=42, command="/venv/bin/python -u /x/preflight/rehearse/bootstrap.py train.py",
+                     found_by="the run's tag", role="other", needed_kill=False)
+    sleeper = Stopped(pid=43, command="sleep 601", found_by="the launch's cgroup", role="other", needed_kill=True)
+    torchrun = Stopped(pid=41, command="python -m torch.distributed.run", found_by="torchrun's process tree",
+                       role="torchrun", needed_kill=False)
+    run = _run(_done(0), stopped=(daemon, sleeper, torchrun), files_removed=True, log_bytes=(2_000_000_000,),
+               run_dir="/r/logs/rehearse-1ranks")
+    notes = run_notes(run)
+    assert notes[0] == ("stopped 2 processes the script left running (a fork of a rank, sleep 601; 1 ignored SIGTERM "
+                        "and were killed): in a real job they would outlive it")
+    assert "removed the rehearsal's files (rehearse-1ranks)" in notes[1]
+    assert "rank 0 printed 2,000 MB" in notes[2]
+    verdict = judge_size(run, size_figures(run))
+    assert verdict.status is Status.PASS and "stopped 2 processes" in verdict.summary
+    assert "pid 43 (sleep 601; found by the launch's cgroup; ignored SIGTERM)" in \
+        verdict.evidence["processes stopped when the launch ended"]
+
+
+def test_a_script_that_ends_by_itself_after_the_planned_steps_did_not_end_early():
+    """Seen here: ddp_seed.py ends itself after 8000 steps; on a slow, noisy run the growing window had
+    asked for more, and the same script flipped between READY and DEGRADED."""
+    run = _run(_done(0, steps=8000, ended="returned", window_s=None, window_steps=0))
+    assert ended_early(run) is None and judge_size(run, size_figures(run)).status is Status.PASS

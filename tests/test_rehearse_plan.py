@@ -26,7 +26,7 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def _plan(workdir: Path, *argv: str, gpus: int = 0, cores: int = 2):
-    return make_plan(list(argv), workdir, node=lambda: (gpus, cores))[0]
+    return make_plan(list(argv), workdir, node=lambda python: (gpus, cores))[0]
 
 
 @pytest.mark.parametrize(("gpus", "sizes"), [(1, (1,)), (2, (1, 2)), (4, (1, 2, 4)), (8, (1, 2, 8))])
@@ -103,3 +103,76 @@ def test_the_command_prints_one_line_and_exits_2(workdir):
         assert len(lines) == 1 and lines[0].startswith("preflight: error: "), result.stderr
         assert message in result.stderr and "Traceback" not in result.stderr
     assert not (workdir / "reports").exists()
+
+
+# -- issue 25 item 3: the interpreter the job's command names --------------------------------------------
+
+
+def _plan_python(workdir: Path, *argv: str) -> str:
+    seen: list[str] = []
+
+    def node(python: str) -> tuple[int, int]:
+        seen.append(python)
+        return 0, 2
+
+    plan = make_plan(list(argv), workdir, node=node)[0]
+    assert seen == [plan.python]  # the GPUs are counted by the job's own torch
+    return plan.python
+
+
+def test_the_job_runs_in_the_interpreter_its_command_names(workdir, tmp_path):
+    other = tmp_path / "venv" / "bin"
+    other.mkdir(parents=True)
+    python = other / "python3"
+    python.write_text("#!/bin/sh\nexec /usr/bin/env python3 \"$@\"\n")
+    python.chmod(0o755)
+    assert _plan_python(workdir, "--", SCRIPT) == sys.executable
+    assert _plan_python(workdir, "--python", str(python), "--", SCRIPT) == str(python)
+    assert _plan_python(workdir, "--", str(python), "-u", SCRIPT, "--lr", "1") == str(python)
+    assert _plan_python(workdir, "--", str(python), "-m", "torch.distributed.run", "--nproc-per-node=1",
+                        SCRIPT) == str(python)
+    launcher = other / "torchrun"
+    launcher.write_text(f"#!{python}\nimport sys\n")
+    launcher.chmod(0o755)
+    assert _plan_python(workdir, "--", str(launcher), "--nproc-per-node=1", SCRIPT) == str(python)
+    launcher.write_text(f"#!/bin/sh\n'''exec' \"{python}\" \"$0\" \"$@\"\n' '''\n")  # pip's trampoline for long paths
+    assert _plan_python(workdir, "--", str(launcher), SCRIPT) == str(python)
+
+
+@pytest.mark.parametrize(("argv", "message"), [
+    (["--python", "/no/such/python", "--", SCRIPT], "no such interpreter: '/no/such/python'"),
+    (["--", "/no/such/python", SCRIPT], "no such interpreter: /no/such/python"),
+    (["--", sys.executable, "-c", "print(1)"], "rehearse runs a script file"),
+    (["--", sys.executable], "no script after"),
+    (["--python", "/usr/bin/env", "--", sys.executable, SCRIPT], "give one of them"),
+    (["--step-function", "not a name", "--", SCRIPT], "takes a function name or Class.method"),
+    (["--step-function", "train_step", "--", SCRIPT], "defines no function of that name"),
+])
+def test_bad_interpreters_and_step_functions_are_one_line(workdir, argv, message):
+    with pytest.raises(UsageError) as raised:
+        _plan(workdir, *argv)
+    assert message in str(raised.value)
+
+
+def test_a_step_function_the_script_defines_is_taken(workdir):
+    (workdir / SCRIPT).write_text("def train_step():\n    pass\n")
+    assert _plan(workdir, "--step-function", "train_step", "--", SCRIPT).step_function == "train_step"
+
+
+def test_a_junit_path_that_cannot_be_written_is_refused_before_anything_runs(workdir):
+    blocker = workdir / "file"
+    blocker.write_text("")
+    probed: list[str] = []
+
+    def node(python: str) -> tuple[int, int]:
+        probed.append(python)
+        return 0, 2
+
+    with pytest.raises(UsageError, match="cannot write the JUnit XML to"):
+        make_plan(["--junitxml", str(blocker / "junit.xml"), "--", SCRIPT], workdir, node=node)
+    assert probed == []  # refused before the job's torch is even asked
+
+
+def test_reports_go_to_a_directory_of_their_own_by_default(workdir):
+    args = make_plan(["--", SCRIPT], workdir, node=lambda python: (0, 2))[1]
+    assert args.report_dir == Path("reports") / "rehearse"

@@ -116,13 +116,14 @@ CODES = (
          "The first failing rank's traceback is in the evidence and its log under the report directory: fix that "
          "error and rehearse again.", kind=Kind.BLOCKER),
     Code("REHEARSAL_OOM",
-         "`preflight rehearse`: a rank of the user's script ran out of memory (CUDA, the CPU allocator, or the "
-         "kernel's OOM killer).",
+         "`preflight rehearse`: a rank of the user's script ran out of memory (CUDA, the CPU allocator), or a rank "
+         "or torchrun itself was killed by signal 9 (SIGKILL), which is what the kernel's OOM killer sends.",
          "The real job runs out of memory at the same step.",
          "Lower the per-GPU (micro) batch, turn on activation checkpointing, train in bf16 or shard the state "
          "(FSDP, ZeRO-2/3); `preflight size` shows what fits.", kind=Kind.BLOCKER),
     Code("REHEARSAL_HUNG",
-         "`preflight rehearse`: ranks stopped making steps (the rank the others wait for is named with its stack).",
+         "`preflight rehearse`: ranks stopped making steps (the rank the others wait for is named with its stack; "
+         "a rank whose own watchdog could not run, because native code held the GIL, is named as frozen).",
          "The real job hangs at the same place until the NCCL timeout.",
          "Usual causes: a collective only some ranks call (under `if rank == 0`), uneven batches across ranks, a "
          "rank blocked in I/O; give init_process_group a timeout= so the job fails instead of hanging.",
@@ -139,6 +140,25 @@ CODES = (
          "delays the real job's start the same way.",
          "Raise --timeout (the first JIT build takes minutes and is cached), check the loop calls optimizer.step() "
          "on a torch.optim.Optimizer.", kind=Kind.BLOCKER),
+    Code("REHEARSAL_STEPS_UNCOUNTED",
+         "`preflight rehearse`: the script ran backward passes but stepped no torch.optim optimizer (a hand-written "
+         "update), so its steps cannot be counted (the check cannot decide).",
+         "Nothing is measured: no step time, no scaling.",
+         "Mark the steps: `--step-function NAME` counts each call of the script's function NAME, or the script calls "
+         "step() from the module preflight_rehearsal (present only under rehearse) once per iteration.",
+         kind=Kind.BLOCKER),
+    Code("REHEARSAL_NEEDS_GPU",
+         "`preflight rehearse` without a GPU: the script calls CUDA or asks for NCCL (torch.cuda.set_device, "
+         ".cuda(), backend='nccl') and fails at that call.",
+         "The job cannot run on this machine; the rehearsal says nothing about the script on the GPU node it is "
+         "written for.",
+         "Rehearse it on the GPU node, or let the script pick its device and backend from what is there (cuda and "
+         "nccl with a GPU, else cpu and gloo).", kind=Kind.BLOCKER),
+    Code("REHEARSAL_RANK_IDLE",
+         "`preflight rehearse`: a rank ended without a single optimizer step while the other ranks trained.",
+         "That rank's GPU is paid for and does no training; the size is left out of the scaling figures.",
+         "Look for a rank condition that skips the training loop (`if rank != 0: return`) or an empty data shard "
+         "for that rank.", kind=Kind.COST),
     Code("REHEARSAL_DEADLINE",
          "`preflight rehearse`: fewer steps than asked ran within the deadline.",
          "The figures rest on those steps only and are less certain.",
@@ -157,6 +177,13 @@ CODES = (
          "GPUs paid for are waiting (on communication, data or the host) instead of training.",
          "The summary names the likely cause from the communication model: overlap communication, accumulate "
          "gradients, shard less, or use fewer GPUs.", kind=Kind.COST),
+    Code("REHEARSAL_SCALING_SUPERLINEAR",
+         "`preflight rehearse`: more ranks give more than linear throughput, beyond the measured noise.",
+         "The same per-rank work on more ranks cannot get faster per rank: the per-rank work differs between "
+         "sizes (a global batch split across the ranks), caches hold more of it, or the baseline was slowed, so "
+         "the scaling figure does not predict the job.",
+         "Check each rank's batch is the same at every size (a fixed per-rank batch with DistributedSampler) and "
+         "rehearse again, on the quiet node.", kind=Kind.COST),
     Code("RUN_DEADLINE",
          "The run's --timeout stopped a launch, or a phase never started, within its budget (the check cannot "
          "decide).",

@@ -2,12 +2,15 @@
 a few steps on 1 rank, on 2, and on every GPU, and what the extra GPUs buy.
 
 Each size is one ``torchrun --standalone --nproc-per-node=K`` launch of the script with its own
-arguments, in the current directory, under a hard deadline (``--timeout`` per size). The ranks
-run ``preflight/rehearse/bootstrap.py``, which counts optimizer steps and stops every rank at the
-same one. The run is a pytest session of preflight's plugin (``preflight.rehearse.checks``: one
-check per size and a scaling check), so the verdict, the exit codes and the JSON, HTML and JUnit
-reports are those of any preflight run; the table is printed at the end and kept in the report's
-``rehearsal`` section. Exit codes: 0 ready or degraded (1 with --strict), 1 not ready, 2 bad input.
+arguments, in the current directory and in the job's interpreter (the one its command names, or
+``--python``), under a hard deadline (``--timeout`` per size). The ranks run
+``preflight/rehearse/bootstrap.py``, which counts optimizer steps and stops every rank at the same
+one. The run is a pytest session of preflight's plugin (``preflight.rehearse.checks``: one check
+per size and a scaling check) with preflight's own reporter, so the live line, the verdict block,
+the exit codes and the JSON, HTML and JUnit reports are those of any preflight run; the table is
+printed before the verdict and kept in the report's ``rehearsal`` section. The reports go to
+``reports/rehearse/`` unless ``--report-dir`` says otherwise, so a node report beside them is never
+replaced. Exit codes: 0 ready or degraded (1 with --strict), 1 not ready, 2 bad input.
 """
 
 from __future__ import annotations
@@ -19,31 +22,43 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from preflight.cli import JUNIT_NAME, _check_report_dir, _run_pytest, _usage_line, plugin_args
+from preflight.cli import JUNIT_NAME, _check_junit_path, _check_report_dir, _run_pytest, _usage_line, plugin_args
 from preflight.errors import UsageError
 from preflight.judge.strategies import STRATEGIES
-from preflight.options import UsageParser, argparse_type, join_negative_values, positive_float, positive_int
+from preflight.options import (
+    UsageParser,
+    argparse_type,
+    join_negative_values,
+    positive_float,
+    positive_int,
+    python_interpreter,
+)
 from preflight.parse.quantity import parse_param_count
+from preflight.report.redact import redact_text
 from preflight.rehearse import checks as rehearse_checks
 from preflight.rehearse.plan import (
     CPU_RANKS,
+    DEFAULT_MEASURE_FOR_S,
     DEFAULT_STALL_S,
     DEFAULT_STEPS,
     DEFAULT_TIMEOUT_S,
     DEFAULT_WARMUP,
+    LAUNCHERS,
+    TORCH_RUN_MODULE,
     RehearsalPlan,
     busbw_from_report,
     check_script,
     check_sizes,
     default_sizes,
+    job_command,
     launcher_sizes,
     parse_sizes,
-    script_and_args,
     split_command,
 )
 
 _VALUE_OPTIONS = ("--nproc", "--steps", "--warmup", "--timeout", "--stall-timeout", "--model-params", "--grad-bytes",
-                  "--price-per-hour")
+                  "--price-per-hour", "--python", "--step-function", "--measure-for")
+DEFAULT_REPORT_DIR = Path("reports") / "rehearse"  # beside a node report in ./reports, never over it
 SWEEP_ALLOWANCE_S = 120.0  # the all-reduce sweep for the prediction
 PER_LAUNCH_SLACK_S = 25.0  # kill grace and torchrun's exit on top of each size's deadline
 
@@ -73,7 +88,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="rank counts to run (default: 1, 2 when there are more than 2 GPUs, and all visible GPUs; "
                         f"without GPUs 1 and {CPU_RANKS} CPU ranks on gloo)")
     parser.add_argument("--steps", type=argparse_type(positive_int), default=DEFAULT_STEPS, metavar="N",
-                        help=f"measured steps per size, after the warm-up (default {DEFAULT_STEPS})")
+                        help=f"measured steps per size at least, after the warm-up (default {DEFAULT_STEPS}); the "
+                        "window also lasts 3 s at least, and grows while its step rate's spread is unknown")
+    parser.add_argument("--measure-for", type=argparse_type(positive_float), default=DEFAULT_MEASURE_FOR_S,
+                        metavar="SECONDS", help="the longest a size's measured window may grow to learn its spread "
+                        f"(default {DEFAULT_MEASURE_FOR_S:.0f}; a noisy machine uses all of it)")
     parser.add_argument("--warmup", type=argparse_type(non_negative_int), default=DEFAULT_WARMUP, metavar="N",
                         help=f"steps before measuring: compile, allocator and cuDNN warm-up (default {DEFAULT_WARMUP})")
     parser.add_argument("--timeout", type=argparse_type(positive_float), default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
@@ -96,44 +115,90 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-sweep", action="store_true", help="do not run the all-reduce sweep for the estimate")
     parser.add_argument("--keep-going", action="store_true",
                         help="run the larger sizes even after a smaller one failed")
-    parser.add_argument("--report-dir", type=Path, default=Path("reports"), metavar="DIR",
-                        help="where preflight.json, preflight.html, JUnit XML and the rank logs go (default ./reports)")
+    parser.add_argument("--python", type=argparse_type(python_interpreter), metavar="PATH",
+                        help="the job's interpreter, for a command that names none (a bare train.py); default: the "
+                        "one the command names (python train.py, /venv/bin/python -m torch.distributed.run, the "
+                        "interpreter in torchrun's first line), else preflight's own")
+    parser.add_argument("--step-function", metavar="NAME",
+                        help="for a script that updates its parameters itself (no torch.optim optimizer): the "
+                        "script's function (Class.method for a method) called once per training step; each call "
+                        "counts as one step. A script can also call step() from the module preflight_rehearsal, "
+                        "which exists only under rehearse")
+    parser.add_argument("--report-dir", type=Path, default=DEFAULT_REPORT_DIR, metavar="DIR",
+                        help="where preflight.json, preflight.html, JUnit XML and the rank logs go (default "
+                        f"./{DEFAULT_REPORT_DIR}, so a node report in ./reports stays)")
     parser.add_argument("--junitxml", metavar="PATH", help=f"JUnit XML path (default REPORT_DIR/{JUNIT_NAME})")
     parser.add_argument("--strict", action="store_true", help="DEGRADED makes the exit code 1")
     parser.add_argument("-v", "--verbose", action="store_true", help="one line per check as it runs")
     return parser
 
 
-def node_capacity() -> tuple[int, int]:
-    """GPUs the job's torch sees (what --nproc-per-node=gpu would start) and the cores this process may use."""
+def usable_cores() -> int:
+    """The cores this process may use (CPU ranks share them)."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:
+        return os.cpu_count() or 1
+
+
+def node_capacity(python: str) -> tuple[int, int]:
+    """GPUs the job's torch sees in the job's interpreter (what --nproc-per-node=gpu would start) and the cores
+    this process may use. An interpreter that does not answer as Python does is bad input; one without torch is
+    the job's own failure, which the launch shows."""
     from preflight.node.torch import read_job_torch
     from preflight.node.transports import Transports
 
+    torch = read_job_torch(Transports(python=python))
+    if torch.problem and not torch.problem.startswith("import torch failed"):
+        raise UsageError(f"the job's interpreter {python} did not answer preflight's torch probe: {torch.problem}")
+    return torch.gpus, usable_cores()
+
+
+def check_step_function(script: Path, name: str) -> None:
+    """``--step-function NAME`` names a function (or ``Class.method``) the script defines."""
+    from preflight.rehearse.bootstrap import decorate_step_function
+
+    if not name.replace(".", "").replace("_", "").isalnum() or name.count(".") > 1:
+        raise UsageError(f"--step-function takes a function name or Class.method, got {name!r}")
     try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:
-        cores = os.cpu_count() or 1
-    return read_job_torch(Transports()).gpus, cores
+        _, found = decorate_step_function(script.read_bytes(), str(script), name)
+    except (OSError, SyntaxError, ValueError) as exc:
+        raise UsageError(f"--step-function: cannot read {script.name}: {exc}") from None
+    if not found:
+        raise UsageError(f"--step-function {name}: {script.name} defines no function of that name")
 
 
-def make_plan(argv: list[str], cwd: Path,
-              node: Callable[[], tuple[int, int]] = node_capacity) -> tuple[RehearsalPlan, argparse.Namespace]:
-    """Validate everything the user gave, before anything runs (the cheap checks before torch loads)."""
+def make_plan(argv: list[str], cwd: Path, node: Callable[[str], tuple[int, int]] = node_capacity,
+              announce: Callable[[str], None] | None = None) -> tuple[RehearsalPlan, argparse.Namespace]:
+    """Validate everything the user gave, before anything runs (the cheap checks before torch loads;
+    ``announce`` hears what is asked of the job's interpreter before it is asked)."""
     head, tail = split_command(argv)
     args = build_parser().parse_args(join_negative_values(head, _VALUE_OPTIONS))
-    script_text, script_args, launcher_nproc = script_and_args(tail)  # torch loads only for a torchrun line
-    script = check_script(script_text, cwd)
-    gpus, cores = node()
-    capacity = launcher_sizes(launcher_nproc, gpus, cores) or gpus or min(CPU_RANKS, cores)
+    if announce is not None and (Path(tail[0]).name in LAUNCHERS or TORCH_RUN_MODULE[1] in tail[1:3]):
+        announce("preflight rehearse: reading the torchrun line with torch's own parser...")  # torch loads now
+    command = job_command(tail)
+    if command.python and args.python and os.path.realpath(command.python) != os.path.realpath(args.python):
+        raise UsageError(f"the command runs {command.python} but --python says {args.python}: give one of them")
+    python = command.python or args.python or sys.executable
+    script = check_script(command.script, cwd)
+    if args.step_function:
+        check_step_function(script, args.step_function)
+    if args.junitxml:
+        _check_junit_path(Path(args.junitxml).resolve())
+    if announce is not None:
+        announce(f"preflight rehearse: asking {python} how many GPUs the job's torch sees...")
+    gpus, cores = node(python)
+    capacity = launcher_sizes(command.nproc_per_node, gpus, cores) or gpus or min(CPU_RANKS, cores)
     sizes = args.nproc or default_sizes(capacity)
     check_sizes(sizes, gpus, cores)
     busbw, source = busbw_from_report(args.from_report) if args.from_report else (None, None)
     plan = RehearsalPlan(
-        script=script, script_text=script_text, args=tuple(script_args), cwd=cwd, sizes=tuple(sizes),
+        script=script, script_text=command.script, args=command.args, cwd=cwd, sizes=tuple(sizes),
         warmup=args.warmup, steps=args.steps, timeout_s=args.timeout, stall_s=args.stall_timeout, on_gpu=gpus > 0,
         model_params=args.model_params, grad_bytes=args.grad_bytes, strategy=args.strategy,
         price_per_hour=args.price_per_hour, busbw_gbps=busbw, busbw_source=source, sweep=not args.no_sweep,
-        keep_going=args.keep_going, launch_command=tuple(tail) if launcher_nproc is not None else ())
+        keep_going=args.keep_going, launch_command=tuple(tail) if command.nproc_per_node is not None else (),
+        python=python, cpu_cores=cores, step_function=args.step_function, measure_for_s=args.measure_for)
     return plan, args
 
 
@@ -142,26 +207,42 @@ def pytest_argv(plan: RehearsalPlan, args: argparse.Namespace, report_dir: Path)
     where = Path(rehearse_checks.__file__).resolve().parent
     overall = len(plan.sizes) * (plan.timeout_s + PER_LAUNCH_SLACK_S) + SWEEP_ALLOWANCE_S
     argv = [str(where), "--rootdir", str(where), "-c", os.devnull, "-p", "no:cacheprovider", *plugin_args(),
-            "-v" if args.verbose else "-q", "-rN", "--tb=no", "--no-header",
+            *(["-v"] if args.verbose else ["--preflight-terminal"]), "-rN", "--tb=no", "--no-header",
             "-W", "ignore::pytest.PytestAssertRewriteWarning", f"--junitxml={args.junitxml or report_dir / JUNIT_NAME}",
-            f"--preflight-report-dir={report_dir}", f"--preflight-timeout={overall:.0f}"]
+            f"--preflight-report-dir={report_dir}", f"--preflight-timeout={overall:.0f}",
+            f"--preflight-python={plan.python}"]  # the report's torch facts are the job's interpreter's
     return argv + (["--preflight-strict"] if args.strict else [])
+
+
+def plan_line(plan: RehearsalPlan) -> str:
+    """``rehearse train.py --lr 1 on 1 and 2 CPU ranks (gloo) with /venv/bin/python: ...``."""
+    import shlex
+
+    sizes = " and ".join(map(str, plan.sizes)) if len(plan.sizes) < 3 else \
+        ", ".join(map(str, plan.sizes[:-1])) + f" and {plan.sizes[-1]}"
+    where = "GPU ranks" if plan.on_gpu else "CPU ranks (gloo: torch sees no GPU)"
+    marked = f"; each call of {plan.step_function} is a step" if plan.step_function else ""
+    command = redact_text(shlex.join([plan.script_text, *plan.args]))  # a --hf_token in the script's arguments
+    return (f"rehearse {command} on {sizes} {where} with {plan.python}: "
+            f"{plan.warmup} warm-up + at least {plan.steps} measured steps per size{marked}")
 
 
 def main(argv: list[str]) -> int:
     """Rehearse, print the table and the verdict; return the exit code."""
-    import pytest
-
-    from preflight.rehearse.session import RehearsalSession
-
     head = argv[: argv.index("--")] if "--" in argv else argv
     if "-h" in head or "--help" in head:
         build_parser().print_help()
         return 0
     cwd = Path.cwd()
-    plan, args = make_plan(argv, cwd)
+    plan, args = make_plan(argv, cwd, announce=lambda text: print(text, flush=True))
     report_dir = args.report_dir.resolve()
     _check_report_dir(report_dir)
+    print(plan_line(plan), flush=True)
+    import pytest
+
+    from preflight.report.collector import LAST_RUN
+    from preflight.rehearse.session import RehearsalSession
+
     report_json = report_dir / "preflight.json"
     report_json.unlink(missing_ok=True)
     session = RehearsalSession(plan, report_dir)
@@ -173,5 +254,6 @@ def main(argv: list[str]) -> int:
         report = json.loads(report_json.read_text())
     except (OSError, ValueError):
         raise UsageError(f"the rehearsal ended (pytest exit code {int(code)}) without writing {report_json}") from None
-    print(f"{report['verdict']}  reports: {report_json}, {report_dir / 'preflight.html'}")
+    if not LAST_RUN.get("shown"):  # preflight's reporter ends with the verdict already
+        print(f"{report['verdict']}  reports: {report_json}, {report_dir / 'preflight.html'}")
     return int(report["run"]["exit_code"])

@@ -10,11 +10,13 @@ phase's budget: not a fault of the node) or ``not_run``.
 from __future__ import annotations
 
 import re
+import signal
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from preflight.launch.plan import STARTUP_TITLE
+from preflight.launch.reaper import Stopped
 
 # What gloo/NCCL/the TCPStore raise on a rank whose peer went away: an echo of another rank's failure.
 PEER_FAILURE = re.compile(r"Connection closed by peer|Connection reset by peer|remote process exited|"
@@ -25,6 +27,20 @@ _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode
 FINISHED = "finished"
 BROKEN = "broken"
 NOT_RUN = "not_run"
+
+
+def signal_words(number: int) -> str:
+    """``killed by signal 9 (SIGKILL), probably the OOM killer: see `dmesg | grep -i oom```: how a
+    process a signal ended is named (SIGKILL from outside preflight is what the kernel's OOM killer sends)."""
+    try:
+        name = signal.Signals(number).name
+    except ValueError:
+        return f"killed by signal {number}"
+    if number == signal.SIGKILL:
+        return f"killed by signal {number} ({name}), probably the OOM killer: see `dmesg | grep -i oom`"
+    if number == signal.SIGSEGV:
+        return f"killed by signal {number} ({name}, a segmentation fault in native code)"
+    return f"killed by signal {number} ({name})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +90,7 @@ class PhaseResult:
     reason: str = ""  # why a phase did not run
     during: str = ""  # the phase a start-up failure is reported for
     launch_name: str = ""
+    launcher_signal: int | None = None  # torchrun itself was ended by this signal (not by preflight)
 
     @property
     def ok(self) -> bool:
@@ -100,6 +117,8 @@ class PhaseResult:
         if self.state == NOT_RUN:
             return f"not run: {self.reason}" if self.reason else "not run"
         parts = []
+        if self.launcher_signal is not None:
+            parts.append(f"torchrun was {signal_words(self.launcher_signal)}; the ranks ended with it")
         if self.during:
             parts.append(f"the launch failed during {STARTUP_TITLE}, before this phase")
         root = self.root_cause()
@@ -116,7 +135,7 @@ class PhaseResult:
             if stuck and len(stuck) < len(hung):
                 parts.append(f"{_ranks(stuck)} got the least far (the others wait on it)")
         stopped = self.ranks_in("stopped")
-        if stopped:
+        if stopped and self.launcher_signal is None:
             parts.append(f"{_ranks(stopped)} {'was' if len(stopped) == 1 else 'were'} stopped after a peer failed")
         if self.timed_out:
             parts.append(f"the phase ran past its {self.deadline_s:.0f} s budget")
@@ -189,6 +208,8 @@ class LaunchResult:
     run_dir: Path
     launcher_tail: str
     leftovers: tuple[int, ...] = ()
+    stopped: tuple[Stopped, ...] = ()  # what preflight had to stop when the launch ended
+    launcher_signal: int | None = None
 
     def phase(self, name: str) -> PhaseResult:
         """The result of phase ``name``."""
@@ -222,7 +243,12 @@ class ScriptResult:
     run_dir: Path
     launcher_tail: str
     root: int | None = None
-    leftovers: tuple[int, ...] = ()
+    leftovers: tuple[int, ...] = ()  # still alive after preflight stopped the launch (should be none)
+    stopped: tuple[Stopped, ...] = ()  # what preflight had to stop when the launch ended
+    launcher_signal: int | None = None  # torchrun was ended by this signal, not by preflight
+    ended_by: str | None = None  # why the caller's watch ended the launch before its deadline
+    files_removed: bool = False  # the script removed the launch's files while it ran (read back through preflight)
+    log_bytes: tuple[int, ...] = ()  # what each rank printed, before a long log was cut
 
     def root_cause(self) -> int | None:
         """The rank torchrun named first, when it crashed; else the crashed rank with the lowest number."""

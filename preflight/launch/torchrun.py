@@ -23,13 +23,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-import psutil
-
+from preflight.launch import logs
 from preflight.launch.outcome import (
     BROKEN,
     FINISHED,
@@ -40,8 +39,10 @@ from preflight.launch.outcome import (
     ScriptResult,
     failure_exitcodes,
     root_cause_rank,
+    signal_words,
 )
 from preflight.launch.plan import LaunchPlan
+from preflight.launch.reaper import LaunchCgroup, stop_launch
 from preflight.locations import PACKAGE_DIR
 from preflight.report.redact import redact_files
 from preflight.workers.common import (
@@ -54,10 +55,10 @@ from preflight.workers.common import (
     result_name,
 )
 from preflight.workers.lifeline import PARENT_PID_ENV, RANK_DEADLINE_ENV, die_with_parent
+from preflight.workers.rank_log import create_private, private_dirs
 
-TERM_GRACE_S = 3.0
 EXIT_GRACE_S = 10.0
-LOG_TAIL_LINES = 30
+LOG_TAIL_LINES = logs.LOG_TAIL_LINES
 POLL_S = 0.05
 PLAN_FILE = "plan.json"
 GATE_FILE = "gate"
@@ -97,8 +98,9 @@ class RunningLaunch:
     """A started launch: :meth:`wait` watches it to its end; :meth:`open_gate` lets measurements begin."""
 
     def __init__(self, plan: LaunchPlan, run_dir: Path, proc: subprocess.Popen[bytes], started: float,
-                 hard_deadline: float, cut_reason: str) -> None:
+                 hard_deadline: float, cut_reason: str, cgroup: LaunchCgroup | None = None) -> None:
         self.plan = plan
+        self.cgroup = cgroup
         self.run_dir = run_dir
         self.proc = proc
         self.started = started
@@ -130,19 +132,23 @@ class RunningLaunch:
         whatever is left and read every rank's files."""
         hung: str | None = None
         cut = False
+        external: int | None = None
         try:
             hung, cut = self._watch()
+            external = self.proc.poll()  # an exit before preflight signalled anything: torchrun's own, or a kill
         finally:
-            leftovers = stop(self.proc, self.run_dir)
+            report = stop_launch(self.proc, self.run_dir, self.cgroup)
         duration = time.monotonic() - self.started
         redact_files(self.run_dir)  # the ranks wrote raw: scrubbed before anything reads what they left
-        log = _read(self.run_dir / "torchrun.log")
+        log = logs.read_bounded(self.run_dir / "torchrun.log")
         tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
+        killed = -external if external is not None and external < 0 else None
         phases = read_phases(self.plan, self.run_dir, log, tail, hung=hung, cut=cut,
-                             cut_reason=self.cut_reason, now=time.time())
+                             cut_reason=self.cut_reason, now=time.time(), launcher_signal=killed)
         return LaunchResult(name=self.plan.name, nproc=self.plan.nproc, phases=phases, timed_out=hung is not None,
                             cut=cut, returncode=self.proc.returncode, duration_s=duration, run_dir=self.run_dir,
-                            launcher_tail=tail, leftovers=tuple(leftovers))
+                            launcher_tail=tail, leftovers=report.alive, stopped=report.stopped,
+                            launcher_signal=killed)
 
     def _watch(self) -> tuple[str | None, bool]:
         """(the phase that ran past its budget, whether the hard deadline ended the launch)."""
@@ -223,7 +229,7 @@ def start(plan: LaunchPlan, *, run_dir: Path, deadline_s: float, cut_reason: str
     ``deadline_s`` is the most this launch may take (the run's and the launch's deadline together);
     a phase still inside its budget when it passes is ``cut`` with ``cut_reason``. Call from the main
     thread: the kernel kills torchrun when the thread that started it ends."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    private_dirs(run_dir)
     plan_path = run_dir / PLAN_FILE
     plan.write(plan_path, gate=None if not any(p.gated for p in plan.phases) else run_dir / GATE_FILE)
     # The process group's own timeout is longer than any phase's budget, so a hang is seen by the
@@ -232,14 +238,31 @@ def start(plan: LaunchPlan, *, run_dir: Path, deadline_s: float, cut_reason: str
     env = _environment(plan.env, run_dir, deadline_s, backend=plan.backend,
                        pg_timeout_s=pg_timeout_s if pg_timeout_s is not None else longest + 30.0)
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(stage_workers(run_dir)), env.get("PYTHONPATH")]))
+    for rank in range(plan.nproc):
+        os.close(create_private(run_dir / f"rank{rank}.log"))  # private before any rank writes a byte
+    cgroup = LaunchCgroup.make()
+    sink = create_private(run_dir / "torchrun.log")
     started = time.monotonic()
-    with open(run_dir / "torchrun.log", "wb") as sink:
+    try:
         # cwd is the launch's own directory: ``-m`` puts the working directory first on the ranks'
         # sys.path, and a stray ./numpy where preflight was started must not shadow the real one
         proc = subprocess.Popen(torchrun_argv(plan.nproc, plan_path, python), stdout=sink, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL, env=env, start_new_session=True, cwd=run_dir,
-                                preexec_fn=die_with_parent)  # noqa: PLW1509 - only prctl runs before exec
-    return RunningLaunch(plan, run_dir, proc, started, started + deadline_s, cut_reason)
+                                preexec_fn=_child_setup(cgroup))  # noqa: PLW1509 - prctl and a cgroup write only
+    finally:
+        os.close(sink)
+    return RunningLaunch(plan, run_dir, proc, started, started + deadline_s, cut_reason, cgroup)
+
+
+def _child_setup(cgroup: LaunchCgroup | None) -> Callable[[], None]:
+    """What torchrun's child runs before exec: into the launch's cgroup, then die with preflight."""
+
+    def setup() -> None:
+        if cgroup is not None:
+            cgroup.enter()
+        die_with_parent()
+
+    return setup
 
 
 def stage_workers(run_dir: Path) -> Path:
@@ -247,7 +270,7 @@ def stage_workers(run_dir: Path) -> Path:
     the job's interpreter (``--python``) may not have preflight installed, or another version of it.
     The ranks import ``preflight.workers`` from it, which needs nothing but the standard library and torch."""
     stage = run_dir / ".import"
-    stage.mkdir(parents=True, exist_ok=True)
+    private_dirs(stage)
     link = stage / "preflight"
     if not link.exists():
         link.symlink_to(PACKAGE_DIR, target_is_directory=True)
@@ -262,48 +285,131 @@ def launch(plan: LaunchPlan, *, run_dir: Path, deadline_s: float, cut_reason: st
     return running.wait()
 
 
+class LaunchWatch(Protocol):
+    """What a caller of :func:`launch_script` watches while the launch runs (the rehearsal's beat files)."""
+
+    def prepare(self, run_dir: Path, nproc: int) -> None:
+        """Before torchrun starts: create what the ranks will write into."""
+
+    def poll(self, now: float) -> str | None:
+        """Every poll of the running launch (``time.monotonic()``): a reason to end it now, or None."""
+
+    def finish(self, run_dir: Path) -> None:
+        """After every process is stopped, before the run directory is scrubbed: turn what the ranks left
+        into files (the directory exists again by then, even if the script removed it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HeldLog:
+    """A rank's log as preflight's own descriptor sees it: survives the script deleting the file."""
+
+    rank: int
+    fd: int
+    path: Path
+
+
 def launch_script(script: Path, *, nproc: int, run_dir: Path, deadline_s: float, args: Sequence[str] = (),
-                  env: Mapping[str, str | None] | None = None, python: str = sys.executable) -> ScriptResult:
+                  env: Mapping[str, str | None] | None = None, python: str = sys.executable,
+                  watch: LaunchWatch | None = None) -> ScriptResult:
     """``torchrun --standalone --nproc-per-node=N script args`` as the job's own launch would be, with
-    the launcher's guarantees (own session, dies with preflight, hard deadline, only its own processes
-    stopped). For a user's script, which writes no phase results: each rank's end comes from its exit
-    code in torchrun's failure summary (none for ranks that exited 0) or the deadline."""
-    run_dir.mkdir(parents=True, exist_ok=True)
+    the launcher's guarantees (own session and cgroup, dies with preflight, hard deadline, every process
+    it started stopped, only its own). For a user's script, which writes no phase results: each rank's
+    end comes from its exit code in torchrun's failure summary (none for ranks that exited 0) or the
+    deadline. preflight creates every rank's log (private) and keeps it open, so what a rank printed is
+    read even when the script deleted the directory, and a log of any size is read in bounded pieces."""
+    private_dirs(run_dir)
+    held = [HeldLog(rank, create_private(run_dir / f"rank{rank}.log"), run_dir / f"rank{rank}.log")
+            for rank in range(nproc)]
+    sink = create_private(run_dir / "torchrun.log")
+    try:
+        if watch is not None:
+            watch.prepare(run_dir, nproc)
+        return _run_script(script, nproc=nproc, run_dir=run_dir, deadline_s=deadline_s, args=args, env=env,
+                           python=python, watch=watch, held=held, sink=sink)
+    finally:
+        for log in held:
+            os.close(log.fd)
+        os.close(sink)
+
+
+def _run_script(script: Path, *, nproc: int, run_dir: Path, deadline_s: float, args: Sequence[str],
+                env: Mapping[str, str | None] | None, python: str, watch: LaunchWatch | None,
+                held: Sequence[HeldLog], sink: int) -> ScriptResult:
     environment = _environment(env or {}, run_dir, deadline_s, backend=None, pg_timeout_s=None)
     argv = [python, "-m", "torch.distributed.run", "--standalone", f"--nproc-per-node={nproc}", "--max-restarts=0",
             "--monitor-interval=0.1", str(script), *args]
+    cgroup = LaunchCgroup.make()
     started = time.monotonic()
-    with open(run_dir / "torchrun.log", "wb") as sink:
-        proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=environment, start_new_session=True,
-                                preexec_fn=die_with_parent)  # noqa: PLW1509 - only prctl runs before exec
+    proc = subprocess.Popen(argv, stdout=sink, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                            env=environment, start_new_session=True,
+                            preexec_fn=_child_setup(cgroup))  # noqa: PLW1509 - prctl and a cgroup write only
     timed_out = False
+    ended_by: str | None = None
+    external: int | None = None
     try:
         while proc.poll() is None:
-            if time.monotonic() - started >= deadline_s:
+            now = time.monotonic()
+            if now - started >= deadline_s:
                 timed_out = True
                 break
+            ended_by = watch.poll(now) if watch is not None else None
+            if ended_by:
+                break
             time.sleep(POLL_S)
+        external = proc.poll()
     finally:
-        leftovers = stop(proc, run_dir)
+        report = stop_launch(proc, run_dir, cgroup)
     duration = time.monotonic() - started
+    removed = _restore(run_dir, held, sink)
+    if watch is not None:
+        watch.finish(run_dir)
     redact_files(run_dir)  # the script's ranks wrote raw: scrubbed before anything reads what they left
-    log = _read(run_dir / "torchrun.log")
+    log = logs.read_bounded(run_dir / "torchrun.log")
     tail = "\n".join(log.splitlines()[-LOG_TAIL_LINES:])
     exitcodes = failure_exitcodes(log)
     root = root_cause_rank(log)
-    ranks = tuple(_script_rank(run_dir, rank, exitcodes.get(rank), root, timed_out, proc.returncode)
-                  for rank in range(nproc))
+    killed = -external if external is not None and external < 0 else None
+    ranks = tuple(_script_rank(run_dir, rank, exitcodes.get(rank), root, timed_out or bool(ended_by),
+                               proc.returncode, killed) for rank in range(nproc))
     return ScriptResult(nproc=nproc, ranks=ranks, timed_out=timed_out, returncode=proc.returncode,
                         duration_s=duration, deadline_s=deadline_s, run_dir=run_dir,
-                        launcher_tail=tail, root=root, leftovers=tuple(leftovers))
+                        launcher_tail=tail, root=root, leftovers=report.alive, stopped=report.stopped,
+                        launcher_signal=killed, ended_by=ended_by, files_removed=removed,
+                        log_bytes=tuple(_size(log.fd) for log in held))
+
+
+def _size(fd: int) -> int:
+    try:
+        return os.fstat(fd).st_size
+    except OSError:
+        return 0
+
+
+def _restore(run_dir: Path, held: Sequence[HeldLog], sink: int) -> bool:
+    """Every rank log (and torchrun's) written back from preflight's descriptors, bounded in size; True
+    when the script had removed any of them (or the whole directory) while it ran."""
+    removed = not run_dir.is_dir()
+    with contextlib.suppress(OSError):
+        private_dirs(run_dir)
+    for fd, path in [*((log.fd, log.path) for log in held), (sink, run_dir / "torchrun.log")]:
+        try:
+            gone = os.fstat(fd).st_nlink == 0
+            removed = removed or gone
+            if gone or os.fstat(fd).st_size > logs.KEEP_BYTES:
+                logs.write_bounded(fd, path)
+        except OSError:
+            continue
+    return removed
 
 
 def _script_rank(run_dir: Path, rank: int, exitcode: int | None, root: int | None, timed_out: bool,
-                 returncode: int | None) -> RankOutcome:
+                 returncode: int | None, launcher_signal: int | None = None) -> RankOutcome:
     log_path = run_dir / f"rank{rank}.log"
-    tail = _tail(log_path)
+    tail = logs.tail(log_path)
     if exitcode is None:
+        if launcher_signal is not None:
+            return RankOutcome(rank, "stopped", error=f"ended with torchrun, which was {signal_words(launcher_signal)}",
+                               log_tail=tail, log_path=str(log_path))
         if timed_out:
             return RankOutcome(rank, "hung", error="still running at the deadline", log_tail=tail,
                                log_path=str(log_path))
@@ -313,7 +419,7 @@ def _script_rank(run_dir: Path, rank: int, exitcode: int | None, root: int | Non
     if exitcode == -signal.SIGTERM and root is not None and root != rank:
         return RankOutcome(rank, "stopped", error="terminated by torchrun after a peer failed", exitcode=exitcode,
                            log_tail=tail, log_path=str(log_path))
-    how = f"killed by {_signal_name(-exitcode)}" if exitcode < 0 else f"exit code {exitcode}"
+    how = signal_words(-exitcode) if exitcode < 0 else f"exit code {exitcode}"
     return RankOutcome(rank, "crashed", error=how, exitcode=exitcode, log_tail=tail, log_path=str(log_path))
 
 
@@ -337,101 +443,7 @@ def _environment(overrides: Mapping[str, str | None], run_dir: Path, deadline_s:
     return env
 
 
-# -- stopping ---------------------------------------------------------------------------------------
-
-
-def stop(proc: subprocess.Popen[bytes], run_dir: Path) -> list[int]:
-    """Terminate torchrun and every rank of this launch (each in its own session), then kill what is
-    left. Only processes started for ``run_dir`` are signalled. Returns pids still alive (should be none)."""
-    try:
-        family = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
-    except psutil.NoSuchProcess:
-        family = []
-    family = [p for p in family if p.pid == proc.pid or _ours(p, run_dir)]
-    family.extend(_rank_processes(run_dir, {p.pid for p in family}))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [p for p in family if _alive(p)]
-        if not alive and proc.poll() is not None:
-            break
-        for pgid in _process_groups(alive):
-            _signal_group(pgid, sig)
-        for p in alive:
-            _signal_pid(p.pid, sig)
-        psutil.wait_procs(alive, timeout=TERM_GRACE_S)
-    with contextlib.suppress(subprocess.TimeoutExpired):
-        proc.wait(timeout=TERM_GRACE_S)
-    return [p.pid for p in family if _alive(p)]
-
-
-def _ours(process: psutil.Process, run_dir: Path) -> bool:
-    """True for a process of this launch: it inherited the launch's ``PREFLIGHT_RUN_DIR``, or its
-    command line (or a parent's: torch's own helpers) names the launch's directory. Never a process
-    of another run."""
-    try:
-        with contextlib.suppress(psutil.AccessDenied, OSError):
-            if process.environ().get(RUN_DIR_ENV) == str(run_dir):
-                return True
-        if str(run_dir) in " ".join(process.cmdline()):
-            return True
-        return any(str(run_dir) in " ".join(parent.cmdline()) for parent in process.parents())
-    except psutil.Error:
-        return False
-
-
-def _rank_processes(run_dir: Path, known: set[int]) -> list[psutil.Process]:
-    """Ranks found through the pid files they wrote (they are re-parented if torchrun died first)."""
-    found = []
-    for pid_file in run_dir.glob("rank*.pid"):
-        try:
-            pid = int(json.loads(pid_file.read_text())["pid"])
-            process = psutil.Process(pid)
-            if pid not in known and _ours(process, run_dir):
-                found.append(process)
-        except (ValueError, KeyError, TypeError, OSError, psutil.Error):
-            continue
-    return found
-
-
-def _alive(p: psutil.Process) -> bool:
-    try:
-        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def _process_groups(processes: Sequence[psutil.Process]) -> set[int]:
-    groups = set()
-    for p in processes:
-        try:
-            groups.add(os.getpgid(p.pid))
-        except ProcessLookupError:
-            continue
-    groups.discard(os.getpgid(0))  # never signal our own group
-    return groups
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(pgid, sig)
-
-
-def _signal_pid(pid: int, sig: int) -> None:
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.kill(pid, sig)
-
-
 # -- reading what the ranks left ------------------------------------------------------------------------
-
-
-def _read(path: Path) -> str:
-    try:
-        return path.read_text(errors="replace")
-    except OSError:
-        return ""
-
-
-def _tail(path: Path, lines: int = LOG_TAIL_LINES) -> str:
-    return "\n".join(_read(path).splitlines()[-lines:])
 
 
 def _json(path: Path) -> dict[str, Any] | None:
@@ -443,7 +455,7 @@ def _json(path: Path) -> dict[str, Any] | None:
 
 
 def read_phases(plan: LaunchPlan, run_dir: Path, log: str, tail: str, *, hung: str | None, cut: bool,
-                cut_reason: str, now: float) -> tuple[PhaseResult, ...]:
+                cut_reason: str, now: float, launcher_signal: int | None = None) -> tuple[PhaseResult, ...]:
     """One :class:`PhaseResult` per planned phase from the files the ranks left."""
     exitcodes = failure_exitcodes(log)
     root = root_cause_rank(log)
@@ -454,7 +466,8 @@ def read_phases(plan: LaunchPlan, run_dir: Path, log: str, tail: str, *, hung: s
     broken: PhaseResult | None = None
     for position, phase in enumerate(plan.phases):
         ranks = tuple(_rank_outcome(run_dir, rank, phase.name, position, marks[rank], startup_errors[rank],
-                                    exitcodes, root, hung=hung, cut=cut, now=now) for rank in range(plan.nproc))
+                                    exitcodes, root, hung=hung, cut=cut, now=now, launcher_signal=launcher_signal)
+                      for rank in range(plan.nproc))
         states = {r.state for r in ranks}
         reason = ""
         if states == {FINISHED}:
@@ -473,7 +486,8 @@ def read_phases(plan: LaunchPlan, run_dir: Path, log: str, tail: str, *, hung: s
             duration_s=max(now - min(started) if started else 0.0, _finished_duration(ranks)),
             deadline_s=phase.budget_s, run_dir=run_dir, launcher_tail=tail,
             reason=cut_reason if phase_cut else reason,
-            during=STARTUP if state == BROKEN and position == 0 and in_startup else "", launch_name=plan.name)
+            during=STARTUP if state == BROKEN and position == 0 and in_startup else "", launch_name=plan.name,
+            launcher_signal=launcher_signal if state == BROKEN else None)
         if state == BROKEN and broken is None:
             broken = result
         results.append(result)
@@ -487,9 +501,9 @@ def _finished_duration(ranks: Sequence[RankOutcome]) -> float:
 
 def _rank_outcome(run_dir: Path, rank: int, phase: str, position: int, mark: RankProgress | None,
                   startup_error: dict[str, Any] | None, exitcodes: dict[int, int], root: int | None, *,
-                  hung: str | None, cut: bool, now: float) -> RankOutcome:
+                  hung: str | None, cut: bool, now: float, launcher_signal: int | None = None) -> RankOutcome:
     log_path = run_dir / f"rank{rank}.log"
-    tail = _tail(log_path)
+    tail = logs.tail(log_path)
     seq = mark.seq if mark is not None else 0
     result = _json(run_dir / result_name(rank, phase))
     if result is not None:
@@ -517,19 +531,15 @@ def _rank_outcome(run_dir: Path, rank: int, phase: str, position: int, mark: Ran
         return RankOutcome(rank, "stopped", error="terminated by torchrun after a peer failed", exitcode=exitcode,
                            log_tail=tail, log_path=str(log_path), last_phase=label, progress_seq=seq)
     if exitcode is not None:
-        how = f"killed by {_signal_name(-exitcode)}" if exitcode < 0 else f"exit code {exitcode}"
+        how = signal_words(-exitcode) if exitcode < 0 else f"exit code {exitcode}"
         return RankOutcome(rank, "crashed", error=how, exitcode=exitcode, log_tail=tail, log_path=str(log_path),
                            last_phase=label, progress_seq=seq)
+    if launcher_signal is not None:  # torchrun itself was killed (the OOM killer picks the biggest process)
+        return RankOutcome(rank, "stopped", error=f"ended with torchrun, which was {signal_words(launcher_signal)}",
+                           log_tail=tail, log_path=str(log_path), last_phase=label, progress_seq=seq)
     return RankOutcome(rank, "stopped", error="ended without a result after a peer failed", log_tail=tail,
                        log_path=str(log_path), last_phase=label, progress_seq=seq)
 
 
 def _float(value: object) -> float | None:
     return float(value) if isinstance(value, (int, float)) else None
-
-
-def _signal_name(number: int) -> str:
-    try:
-        return signal.Signals(number).name
-    except ValueError:
-        return f"signal {number}"

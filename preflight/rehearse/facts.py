@@ -11,12 +11,17 @@ from pathlib import Path
 from typing import Any
 
 from preflight.launch.outcome import RankOutcome, ScriptResult
+from preflight.launch.reaper import Stopped
 from preflight.rehearse.bootstrap import RECORD_SUFFIX
+from preflight.rehearse.watch import BeatWatch, Spread, block_spread
 
 # How a rank ended, from its own record. ``killed``: the record stopped updating while the rank
 # was running (a signal, torchrun's SIGTERM after a peer failed); ``missing``: no record at all.
 FINISHED = ("steps_done", "returned")
-ENDINGS = ("steps_done", "returned", "exit", "raised", "stalled", "deadline", "parent_gone", "killed", "missing")
+ENDINGS = ("steps_done", "returned", "exit", "raised", "stalled", "deadline", "parent_gone", "os_exit",
+           "uncountable", "killed", "missing")
+OWN_LINE = "[preflight rehearsal rank "  # the bootstrap's banner in a rank's log, not the script's output
+LAST_LINES = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +71,23 @@ class RankRun:
     log_tail: str = ""
     log_path: str = ""
     notes: tuple[str, ...] = ()
+    error_frames: tuple[Frame, ...] = ()  # where the error (or the script's os._exit / SystemExit) was raised
+    optimizers: tuple[str, ...] = ()  # torch.optim.Optimizer classes the script constructed
+    ddp_modules: int = 0  # DistributedDataParallel modules it constructed
+    backward_passes: int = 0
+    backward_span_s: float | None = None  # first to last backward pass
+    marked_steps: bool = False  # the script marked its steps (--step-function or preflight_rehearsal.step())
+    stopped: tuple[str, ...] = ()  # processes the rank stopped on its way out ("pid command")
+    frozen_s: float | None = None  # its watchdog was silent this long while the process lived
+    frozen_state: str = ""  # /proc state and wait channel of a frozen rank
+    ended_s: float | None = None
+    param_types: tuple[str, ...] = ()  # classes of the stepped parameters (FSDP1's FlatParameter)
+
+    @property
+    def last_lines(self) -> tuple[str, ...]:
+        """The script's own last lines of output (the bootstrap's banner left out)."""
+        lines = [line.rstrip() for line in self.log_tail.splitlines() if line.strip() and OWN_LINE not in line]
+        return tuple(lines[-LAST_LINES:])
 
     @property
     def first_step_s(self) -> float | None:
@@ -106,11 +128,29 @@ class SizeRun:
     run_dir: str = ""
     root_cause: int | None = None
     leftovers: tuple[int, ...] = field(default=())
+    on_gpu: bool = False
+    cpu_cores: int = 0
+    launcher_signal: int | None = None  # torchrun itself was ended by this signal (not by preflight)
+    stopped: tuple[Stopped, ...] = ()  # what the launcher had to stop when the launch ended
+    files_removed: bool = False  # the script removed the rehearsal's files while it ran
+    log_bytes: tuple[int, ...] = ()
+    ended_by: str | None = None  # why preflight ended the launch before its deadline (a frozen rank)
+    notes: tuple[str, ...] = ()
 
     @property
     def target(self) -> int:
-        """Steps each rank runs: warm-up plus measured."""
+        """Steps each rank runs at least: warm-up plus measured."""
         return self.warmup + self.steps
+
+    @property
+    def elapsed_s(self) -> float:
+        """How long the script ran, as observed: the launch's time, the deadline when that ended it."""
+        return min(self.duration_s, self.deadline_s)
+
+    def left_behind(self) -> list[Stopped]:
+        """Processes other than torchrun and the ranks that preflight had to stop: what the script's ranks
+        started and left running (a setsid daemon, a pool worker started while its rank was leaving)."""
+        return [s for s in self.stopped if s.role == "other"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,6 +168,8 @@ class SizeFigures:
     memory_kind: str
     steps_reached: tuple[int, ...]
     pg_up_s: float | None = None
+    spread: Spread | None = None  # the step rate's spread over the measured window's blocks
+    idle_ranks: tuple[int, ...] = ()  # ranks that never stepped: the size is not a size of nproc ranks
 
     @property
     def throughput(self) -> float | None:
@@ -147,7 +189,8 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def size_figures(run: SizeRun) -> SizeFigures | None:
-    """Figures of a size whose ranks stepped at least once; None when no rank did."""
+    """Figures of a size whose ranks stepped at least once; None when no rank did. The slowest rank
+    gives the rate and its spread (collectives pace every rank); ranks that never stepped are named."""
     stepped = [r for r in run.ranks if r.steps > 0]
     if not stepped:
         return None
@@ -170,6 +213,8 @@ def size_figures(run: SizeRun) -> SizeFigures | None:
         memory_kind="GPU" if gpu else "RSS",
         steps_reached=tuple(r.steps for r in run.ranks),
         pg_up_s=max((r.pg_up_s for r in run.ranks if r.pg_up_s is not None), default=None),
+        spread=block_spread(slowest.step_starts_s, run.warmup) if slowest is not None else None,
+        idle_ranks=tuple(r.rank for r in run.ranks if r.steps == 0),
     )
 
 
@@ -193,6 +238,7 @@ def rank_run(record: Mapping[str, Any] | None, outcome: RankOutcome) -> RankRun:
         ended = "killed"  # the rank never reached an ending of its own: a signal ended it
     error: Mapping[str, Any] | None = record["error"] if isinstance(record.get("error"), Mapping) else None
     memory: Mapping[str, Any] = record["memory"] if isinstance(record.get("memory"), Mapping) else {}
+    frozen: Mapping[str, Any] | None = record["frozen"] if isinstance(record.get("frozen"), Mapping) else None
     exit_code = record.get("exit_code")
     return RankRun(
         rank=int(record.get("rank", outcome.rank)),
@@ -219,6 +265,19 @@ def rank_run(record: Mapping[str, Any] | None, outcome: RankOutcome) -> RankRun:
         rss_peak_bytes=memory.get("rss_peak_bytes"),
         gpu_peak_bytes=memory.get("cuda_reserved_peak_bytes"),
         notes=tuple(str(n) for n in record.get("notes", [])),
+        error_frames=_frames(error.get("frames")) if error else (),
+        optimizers=tuple(str(o) for o in record.get("optimizers") or ()),
+        ddp_modules=int(record.get("ddp_modules") or 0),
+        backward_passes=int(record.get("backward_passes") or 0),
+        backward_span_s=record.get("backward_span_s"),
+        marked_steps=bool(record.get("marked_steps")),
+        stopped=tuple(str(p) for p in record.get("stopped") or ()),
+        frozen_s=frozen.get("silent_s") if frozen else None,
+        frozen_state=" ".join(filter(None, [f"state {frozen.get('state')}" if frozen and frozen.get("state") else "",
+                                            f"waiting in {frozen.get('wchan')}" if frozen and frozen.get("wchan")
+                                            else ""])),
+        ended_s=record.get("ended_s"),
+        param_types=tuple(str(t) for t in record.get("param_types") or ()),
         **base,
     )
 
@@ -232,10 +291,17 @@ def read_record(run_dir: Path, rank: int) -> dict[str, Any] | None:
     return data if isinstance(data, dict) else None
 
 
-def size_run_from_launch(launch: ScriptResult, *, warmup: int, steps: int, stall_s: float) -> SizeRun:
-    """The judges' view of one launch."""
-    ranks = tuple(rank_run(read_record(launch.run_dir, outcome.rank), outcome) for outcome in launch.ranks)
+def size_run_from_launch(launch: ScriptResult, *, warmup: int, steps: int, stall_s: float, on_gpu: bool = False,
+                         cpu_cores: int = 0, watch: BeatWatch | None = None) -> SizeRun:
+    """The judges' view of one launch: each rank's record as the watch built it (its file may not have been
+    written: a full disk), else as the rank's file holds it."""
+    kept = watch.records if watch is not None else {}
+    ranks = tuple(rank_run(kept.get(outcome.rank) or read_record(launch.run_dir, outcome.rank), outcome)
+                  for outcome in launch.ranks)
     return SizeRun(nproc=launch.nproc, ranks=ranks, warmup=warmup, steps=steps, deadline_s=launch.deadline_s,
                    stall_s=stall_s, duration_s=launch.duration_s, timed_out=launch.timed_out,
                    launcher_tail=launch.launcher_tail, run_dir=str(launch.run_dir), root_cause=launch.root_cause(),
-                   leftovers=launch.leftovers)
+                   leftovers=launch.leftovers, on_gpu=on_gpu, cpu_cores=cpu_cores,
+                   launcher_signal=launch.launcher_signal, stopped=launch.stopped,
+                   files_removed=launch.files_removed, log_bytes=launch.log_bytes, ended_by=launch.ended_by,
+                   notes=tuple(watch.problems) if watch is not None else ())

@@ -13,7 +13,9 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -28,15 +30,18 @@ from preflight.judge.rehearse import (
     scaling_rows,
 )
 from preflight.judge.rehearse_chart import scaling_chart
-from preflight.launch.torchrun import launch_script
+from preflight.launch.torchrun import LaunchStatus, launch_script
 from preflight.outcome import Status, Verdict, skip
 from preflight.rehearse import bootstrap
 from preflight.rehearse.facts import SizeFigures, SizeRun, size_figures, size_run_from_launch
 from preflight.rehearse.plan import RehearsalPlan
 from preflight.rehearse.table import table_view, terminal_lines
+from preflight.rehearse.watch import BeatWatch, capacity_for
 from preflight.plugin import COLLECTOR_KEY
 from preflight.report.facts import add_section, gathered_sections
 from preflight.report.redact import redact_obj
+from preflight.report.terminal import LIVE_STATUS_KEY, SUMMARY_LINES_KEY
+from preflight.workers.rank_log import private_dirs
 
 SESSION_KEY = pytest.StashKey["RehearsalSession"]()
 BOOTSTRAP = Path(bootstrap.__file__).resolve()
@@ -56,16 +61,45 @@ def rehearsal_env(plan: RehearsalPlan, launched: float) -> dict[str, str | None]
         bootstrap.DEADLINE_ENV: str(launched + max(1.0, plan.timeout_s - RANK_DEADLINE_MARGIN_S)),
         bootstrap.LAUNCHED_ENV: str(launched),
         bootstrap.PARENT_ENV: str(os.getpid()),
+        bootstrap.CAPACITY_ENV: str(capacity_for(plan.warmup, plan.steps)),
+        bootstrap.STEP_FUNCTION_ENV: plan.step_function,
     }
 
 
-def launch_size(plan: RehearsalPlan, nproc: int, run_dir: Path) -> SizeRun:
-    """One torchrun launch of the script on ``nproc`` ranks, as the job's own would be."""
+def size_label(nproc: int) -> str:
+    """``rehearse 2 ranks``: the launch's name on the live line."""
+    return f"rehearse {nproc} rank{'s' if nproc != 1 else ''}"
+
+
+def launch_size(plan: RehearsalPlan, nproc: int, run_dir: Path,
+                on_watch: Callable[[BeatWatch], None] | None = None) -> SizeRun:
+    """One torchrun launch of the script on ``nproc`` ranks, as the job's own would be, in the job's
+    interpreter. ``on_watch(watch)`` learns the launch's beat watch (the live line reads it)."""
     shutil.rmtree(run_dir, ignore_errors=True)
+    private_dirs(run_dir)
     launched = time.monotonic()
+    watch = BeatWatch(label=size_label(nproc), warmup=plan.warmup, steps=plan.steps, stall_s=plan.stall_s,
+                      launched=launched, deadline_s=plan.timeout_s, capacity=capacity_for(plan.warmup, plan.steps),
+                      measure_for_s=plan.measure_for_s)
+    if on_watch is not None:
+        on_watch(watch)
     result = launch_script(BOOTSTRAP, nproc=nproc, deadline_s=plan.timeout_s, args=[str(plan.script), *plan.args],
-                           env=rehearsal_env(plan, launched), run_dir=run_dir)
-    return size_run_from_launch(result, warmup=plan.warmup, steps=plan.steps, stall_s=plan.stall_s)
+                           env=rehearsal_env(plan, launched), run_dir=run_dir, python=plan.python, watch=watch)
+    return size_run_from_launch(result, warmup=plan.warmup, steps=plan.steps, stall_s=plan.stall_s,
+                                on_gpu=plan.on_gpu, cpu_cores=plan.cpu_cores, watch=watch)
+
+
+def cpu_unmeasurable(plan: RehearsalPlan) -> str | None:
+    """Why CPU ranks cannot show scaling here: more ranks than cores to spare (preflight and torchrun
+    need one), so the larger size measures the sharing of cores, not the job."""
+    if plan.on_gpu or not plan.cpu_cores:
+        return None
+    top = max(plan.sizes)
+    if top + 1 <= plan.cpu_cores:
+        return None
+    return (f"{top} CPU ranks (gloo) on {plan.cpu_cores} core{'s' if plan.cpu_cores != 1 else ''} share them with "
+            "each other and with preflight, so the larger size measures the sharing, not the job: rehearse on the "
+            f"GPU node, or on a machine with more than {top} cores")
 
 
 def nearest_size(sizes: list[Any], wanted: float) -> Any:
@@ -73,7 +107,8 @@ def nearest_size(sizes: list[Any], wanted: float) -> Any:
     return min(sizes, key=lambda s: abs(math.log2(s.bytes) - math.log2(max(wanted, 1.0))))
 
 
-def measure_busbw(nproc: int, on_gpu: bool, run_dir: Path, message_bytes: float) -> tuple[float | None, str]:
+def measure_busbw(nproc: int, on_gpu: bool, run_dir: Path, message_bytes: float,
+                  python: str) -> tuple[float | None, str]:
     """preflight's all-reduce sweep (quick plan) on ``nproc`` ranks; the busbw at the size nearest
     to the job's messages (DDP's bucket, or the whole gradient when smaller)."""
     from preflight.fixtures.nccl import sweep_phase, sweep_plan, sweep_run_from_launch
@@ -83,7 +118,7 @@ def measure_busbw(nproc: int, on_gpu: bool, run_dir: Path, message_bytes: float)
     plan = sweep_plan(on_gpu, quick=True)
     shutil.rmtree(run_dir, ignore_errors=True)
     result = launch(LaunchPlan("busbw", (sweep_phase(plan),), nproc), run_dir=run_dir,
-                    deadline_s=plan.wanted_s + 60.0).phase("allreduce")
+                    deadline_s=plan.wanted_s + 60.0, python=python).phase("allreduce")
     run = sweep_run_from_launch("rehearsal", result, {}, on_gpu)
     if not run.sizes:
         return None, f"the all-reduce sweep on {nproc} ranks gave no figure ({result.describe() or 'no sizes'})"
@@ -105,11 +140,15 @@ class RehearsalSession:
         self.rows: list[ScalingRow] = []
         self.comm: CommModel | None = None
         self.comm_note: str | None = None
+        self.watch: tuple[BeatWatch, int] | None = None
+        self._watch_lock = threading.Lock()
 
     # -- pytest hooks ----------------------------------------------------------------------
 
     def pytest_configure(self, config: pytest.Config) -> None:
         config.stash[SESSION_KEY] = self
+        config.stash[LIVE_STATUS_KEY] = self.status
+        config.stash[SUMMARY_LINES_KEY] = self.table_lines
         self.config = config
         self.publish()
 
@@ -119,16 +158,37 @@ class RehearsalSession:
 
     @pytest.hookimpl(tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        """The table, from the written (redacted) report, before the collector's problems and verdict."""
+        """The table before the collector's problems and verdict (pytest's reporter: ``-v``)."""
+        lines = self.table_lines()
+        if lines:
+            terminalreporter.line("")
+            for line in lines:
+                terminalreporter.line(line)
+
+    def table_lines(self) -> list[str]:
+        """The table, from the written (redacted) report: what preflight's reporter prints before its verdict."""
         if self.config is None:
-            return
+            return []
         collector = self.config.stash.get(COLLECTOR_KEY, None)
         written = collector.report if collector is not None else None
         section = (written or {}).get(SECTION) or redact_obj(gathered_sections(self.config).get(SECTION))
-        if section:
-            terminalreporter.line("")
-            for line in terminal_lines(section):
-                terminalreporter.line(line)
+        return terminal_lines(section) if section else []
+
+    def status(self) -> LaunchStatus | None:
+        """The running size's launch for the live line: its step and how long since the slowest rank's last one."""
+        with self._watch_lock:
+            current = self.watch
+        if current is None:
+            return None
+        watch, nproc = current
+        return watch.status(nproc, time.monotonic())
+
+    def _on_watch(self, nproc: int) -> Callable[[BeatWatch], None]:
+        def remember(watch: BeatWatch) -> None:
+            with self._watch_lock:
+                self.watch = (watch, nproc)
+
+        return remember
 
     # -- the work the checks ask for -------------------------------------------------------
 
@@ -154,7 +214,11 @@ class RehearsalSession:
             self.verdicts[nproc], self.figures[nproc] = verdict, None
             self.publish()
             return verdict
-        run = launch_size(self.plan, nproc, self.log_dir(nproc))
+        try:
+            run = launch_size(self.plan, nproc, self.log_dir(nproc), on_watch=self._on_watch(nproc))
+        finally:
+            with self._watch_lock:
+                self.watch = None
         fig = size_figures(run)
         verdict = judge_size(run, fig)
         self.runs[nproc], self.figures[nproc], self.verdicts[nproc] = run, fig, verdict
@@ -168,8 +232,12 @@ class RehearsalSession:
         figures = [f for f in self.figures.values() if f is not None]
         self.comm, self.comm_note = self._comm_model(figures)
         self.rows = scaling_rows(figures, self.comm, self.plan.price_per_hour)
-        not_measured = [k for k in self.plan.sizes if k not in {r.nproc for r in self.rows}]
-        verdict = judge_scaling(self.rows, self.comm, not_measured)
+        left_out = [f"{f.nproc} ranks (rank{'s' if len(f.idle_ranks) > 1 else ''} "
+                    f"{', '.join(map(str, f.idle_ranks))} never stepped)" for f in figures if f.idle_ranks]
+        idle = {f.nproc for f in figures if f.idle_ranks}
+        not_measured = [k for k in self.plan.sizes if k not in {r.nproc for r in self.rows} and k not in idle]
+        verdict = judge_scaling(self.rows, self.comm, not_measured, unmeasurable=cpu_unmeasurable(self.plan),
+                                left_out=left_out)
         extra: dict[str, str] = {"assumption": SCALING_ASSUMPTION}
         if self.comm is not None:
             extra["communication model"] = self.comm.describe()
@@ -201,20 +269,28 @@ class RehearsalSession:
             source += f" (a ZeRO partition, x{run.nproc})"
         return elements, self.plan.grad_bytes or per, source
 
-    def _strategy(self) -> str:
+    def _strategy(self) -> str | None:
+        """What the script was seen to do: FSDP (DTensor parameters), DeepSpeed, DDP (a DDP module was
+        built); None when it wraps its model in none of them (no gradient exchange to predict)."""
         if self.plan.strategy:
             return self.plan.strategy
         ranks = [r for run in self.runs.values() for r in run.ranks]
-        if any(r.sharded_params for r in ranks):
+        if any(r.sharded_params or "FlatParameter" in r.param_types for r in ranks):  # FSDP2, or FSDP1's flat ones
             return "fsdp"
         if any(r.deepspeed for r in ranks):
             return "zero2"
-        return "ddp"
+        if any(r.ddp_modules for r in ranks):
+            return "ddp"
+        return None
 
     def _comm_model(self, figures: list[SizeFigures]) -> tuple[CommModel | None, str | None]:
         multi = [f.nproc for f in figures if f.nproc > 1 and f.steps_per_s]
         if not multi:
             return None, "no multi-rank size with a steady step: nothing to predict"
+        strategy = self._strategy()
+        if strategy is None:
+            return None, ("the script wraps its model in no DDP, FSDP or DeepSpeed engine, so no gradient exchange "
+                          "is predicted (give --strategy when it exchanges gradients another way)")
         params = self._params()
         if params is None:
             return None, "the parameter count is unknown (no optimizer step on rank 0): give --model-params"
@@ -226,11 +302,11 @@ class RehearsalSession:
         else:
             nproc = max(multi)
             measured, busbw_source = measure_busbw(nproc, self.plan.on_gpu, self.report_dir / "logs" /
-                                                   "rehearse-allreduce", count * per)
+                                                   "rehearse-allreduce", count * per, self.plan.python)
             if measured is None or measured <= 0:
                 return None, busbw_source
             busbw = measured
-        return CommModel(params=count, bytes_per_param=per, strategy=self._strategy(), busbw_gbps=busbw,
+        return CommModel(params=count, bytes_per_param=per, strategy=strategy, busbw_gbps=busbw,
                          busbw_source=busbw_source, params_source=source), None
 
     # -- the report section -----------------------------------------------------------------
@@ -259,11 +335,17 @@ class RehearsalSession:
                     "first_step_s": fig.first_step_s, "process_group_up_s": fig.pg_up_s,
                     "step_median_s": fig.step_median_s,
                     "step_p90_s": fig.step_p90_s, "steps_per_s": fig.steps_per_s, "throughput": fig.throughput,
+                    "steps_per_s_spread": fig.spread.relative if fig.spread is not None else None,
+                    "idle_ranks": list(fig.idle_ranks),
                     "measured_steps": fig.measured_steps, "complete": fig.complete,
                     "steps_reached": list(fig.steps_reached), "peak_memory_bytes": list(fig.peak_memory_bytes),
                     "memory_kind": fig.memory_kind})
-            if row is not None:
-                entry.update({"scaling": row.scaling, "efficiency": row.efficiency, "comm_per_step_s": row.comm_s,
+            run = self.runs.get(nproc)
+            if run is not None:
+                entry["stopped"] = [s.describe() for s in run.left_behind()]
+            if row is not None and len(self.rows) >= 2:  # one size scales against nothing
+                entry.update({"scaling": row.scaling, "efficiency": row.efficiency, "scaling_spread": row.spread,
+                              "comm_per_step_s": row.comm_s,
                               "cost_per_1k_steps_usd": row.cost_per_1k_steps,
                               "comm_cost_per_1k_steps_usd": row.comm_cost_per_1k_steps})
             sizes.append(entry)

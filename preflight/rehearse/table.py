@@ -14,11 +14,21 @@ def _num(value: Any, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}g}"
 
 
-def _scaling(size: dict[str, Any]) -> str:
+def _scaling(size: dict[str, Any], baseline: Any = 1) -> str:
     if size.get("scaling") is None:
         return "-"
     text = f"{size['scaling']:.2f}x"
-    return text if size.get("ranks") == 1 or size.get("efficiency") is None else f"{text} ({size['efficiency']:.0%})"
+    if size.get("ranks") in (1, baseline) or size.get("efficiency") is None:
+        return text
+    noise = f" +/-{size['scaling_spread']:.0%}" if size.get("scaling_spread") is not None else ""
+    return f"{text} ({size['efficiency']:.0%}{noise})"
+
+
+def _rate(size: dict[str, Any]) -> str:
+    """``730 +/-5%``: steps/s with the 95 % spread of its window's blocks."""
+    rate = _num(size.get("steps_per_s"))
+    spread = size.get("steps_per_s_spread")
+    return rate if spread is None or rate == "-" else f"{rate} +/-{spread:.0%}"
 
 
 def _memory(size: dict[str, Any]) -> str:
@@ -48,16 +58,16 @@ def columns(section: dict[str, Any]) -> list[tuple[str, str]]:
     return cols
 
 
-def cells(size: dict[str, Any]) -> dict[str, str]:
-    """One size's cells, formatted."""
+def cells(size: dict[str, Any], baseline: Any = 1) -> dict[str, str]:
+    """One size's cells, formatted (``baseline``: the rank count the scaling is against)."""
     return {
         "ranks": str(size["ranks"]),
         "first": human_seconds(size.get("first_step_s")),
         "p50": human_seconds(size.get("step_median_s")),
         "p90": human_seconds(size.get("step_p90_s")),
-        "rate": _num(size.get("steps_per_s")),
+        "rate": _rate(size),
         "throughput": _num(size.get("throughput")),
-        "scaling": _scaling(size),
+        "scaling": _scaling(size, baseline),
         "memory": _memory(size),
         "comm": human_seconds(size.get("comm_per_step_s")) if size.get("ranks", 1) > 1 else "-",
         "cost": _money(size.get("cost_per_1k_steps_usd")),
@@ -91,7 +101,7 @@ def title(section: dict[str, Any]) -> str:
 def terminal_lines(section: dict[str, Any]) -> list[str]:
     """The table as fixed-width lines, then the footnotes and each size that did not pass."""
     cols = columns(section)
-    rows = [cells(size) for size in section.get("sizes", [])]
+    rows = [cells(size, section.get("baseline_ranks")) for size in section.get("sizes", [])]
     widths = {key: max([len(head)] + [len(row[key]) for row in rows]) for key, head in cols}
     line = "  ".join(head.rjust(widths[key]) if key != "status" else head for key, head in cols)
     out = [title(section), line]
@@ -110,7 +120,7 @@ def table_view(section: dict[str, Any]) -> View:
     """The same table for the HTML report (failed sizes highlighted)."""
     cols = columns(section)
     sizes = section.get("sizes", [])
-    rows = [[cells(size)[key] for key, _ in cols] for size in sizes]
+    rows = [[cells(size, section.get("baseline_ranks"))[key] for key, _ in cols] for size in sizes]
     highlight = [i for i, size in enumerate(sizes) if size.get("status") in ("FAIL", "ERROR", "WARN")]
     legend = "* batches/s = steps/s x ranks"
     if section.get("communication"):

@@ -23,6 +23,7 @@ import shutil
 import sys
 import textwrap
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -40,6 +41,11 @@ STATUS_COLUMN = 6  # "ERROR "
 GAP = 2  # between the title column and the reason column
 WIDE = 100  # from this width on, titles and reasons stand in two columns
 REASON_LINES = 2  # a check's reason gets up to this many lines (more when its first clause needs them)
+LIVE_STATUS_KEY = pytest.StashKey[Callable[[], "LaunchStatus | None"]]()
+"""A session whose launches are not the rehearsal fixture's (``preflight rehearse``) puts here what the live
+line reads while a distributed check runs."""
+SUMMARY_LINES_KEY = pytest.StashKey[Callable[[], list[str]]]()
+"""Lines a session prints before the verdict block (``preflight rehearse``: its table)."""
 _COLOURS = {"PASS": "32", "WARN": "33", "SKIP": "33", "FAIL": "31", "ERROR": "35", "READY": "32", "DEGRADED": "33",
             "NOT READY": "31"}
 
@@ -494,6 +500,9 @@ class PreflightTerminal:
         if not self.quiet:
             for text in skip_lines(self.skips, self.shape):
                 self.line(text, "SKIP")
+            extra = self.config.stash.get(SUMMARY_LINES_KEY, None)
+            for text in extra() if extra is not None else []:
+                self.line(text)
         written = list(collector.written) if collector is not None else []
         junit = self.config.getoption("xmlpath", None)
         if junit and collector is not None and collector.write_error is None:
@@ -518,10 +527,11 @@ class PreflightTerminal:
 
         while not self._stop.wait(TICK_S):
             rehearsal = self.config.stash.get(REHEARSAL_KEY, None)
-            if self._running is None or rehearsal is None:
+            source = self.config.stash.get(LIVE_STATUS_KEY, None) or (rehearsal.status if rehearsal else None)
+            if self._running is None or source is None:
                 continue
             try:
-                status = rehearsal.status()
+                status = source()
             except (OSError, ValueError, KeyError, IndexError):
                 continue  # a launch between its files: the next tick reads them again
             if status is None:

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+from preflight.workers.rank_log import redirect_output as redirect_output  # the one private-log writer
 
 RUN_DIR_ENV = "PREFLIGHT_RUN_DIR"
 BACKEND_ENV = "PREFLIGHT_BACKEND"
@@ -135,19 +136,6 @@ def _pci_bus_id(props: Any) -> str | None:
         return f"{props.pci_domain_id:08x}:{props.pci_bus_id:02x}:{props.pci_device_id:02x}.0".upper()
     except AttributeError:
         return None
-
-
-def redirect_output(log_path: Path) -> None:
-    """Point fds 1 and 2 at the rank's log so C-level output (NCCL) lands there too. The log is
-    private to the user (mode 0600, like the reports) because error text may hold secrets."""
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    os.close(fd)
-    sys.stdout = os.fdopen(1, "w", buffering=1, closefd=False)
-    sys.stderr = os.fdopen(2, "w", buffering=1, closefd=False)
 
 
 def join_process_group(rank: int, run_dir: Path) -> WorkerContext:

@@ -1,7 +1,9 @@
 """Test-only phase: the real DDP step with one rank made to crash, hang or die by a signal.
 
 The entry ``tests.workers.faulty:run`` takes ``MODE RANK`` as its phase arguments, or else reads
-``PREFLIGHT_TEST_FAULT=MODE:RANK`` (set by end-to-end tests); MODE is crash, hang or sigkill."""
+``PREFLIGHT_TEST_FAULT=MODE:RANK`` (set by end-to-end tests); MODE is crash, hang, sigkill or
+kill-torchrun (the rank sends torchrun SIGKILL, as the kernel's OOM killer would when torchrun is
+the process it picks)."""
 
 from __future__ import annotations
 
@@ -24,5 +26,8 @@ def run(ctx: WorkerContext) -> dict[str, Any]:
             time.sleep(3600)
         if mode == "sigkill":
             os.kill(os.getpid(), signal.SIGKILL)
+        if mode == "kill-torchrun":
+            os.kill(os.getppid(), signal.SIGKILL)
+            time.sleep(3600)
     return ddp.run(ctx)
 

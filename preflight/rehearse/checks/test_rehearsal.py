@@ -20,7 +20,7 @@ def rehearsal(pytestconfig: pytest.Config) -> RehearsalSession:
 
 @pytest.mark.distributed
 def test_rehearsal_size(record: Recorder, rehearsal: RehearsalSession, ranks: int) -> None:
-    """The training script runs its steps on this many ranks"""
+    """The script trains on this many ranks"""
     record(rehearsal.judge_size(ranks))
 
 

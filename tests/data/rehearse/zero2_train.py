@@ -15,6 +15,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--local_rank", type=int, default=int(os.environ.get("LOCAL_RANK", "0")))
     parser.add_argument("--micro-batch", type=int, default=4)
+    parser.add_argument("--iterations", type=int, default=1000)
     args = parser.parse_args()
     deepspeed.init_distributed()
     torch.manual_seed(0)
@@ -32,7 +33,7 @@ def main():
     }
     engine, *_ = deepspeed.initialize(model=model, optimizer=optimizer, config=config)
     generator = torch.Generator().manual_seed(engine.global_rank)
-    for _ in range(1000):
+    for _ in range(args.iterations):
         x = torch.randn(args.micro_batch, 32, generator=generator).to(engine.device)
         y = torch.randn(args.micro_batch, 1, generator=generator).to(engine.device)
         loss = F.mse_loss(engine(x), y)
