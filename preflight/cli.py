@@ -23,7 +23,8 @@ from typing import Any
 import preflight
 import preflight.commands
 from preflight.errors import EXIT_USAGE, UsageError
-from preflight.locations import checks_dir
+from preflight.inputs import shown
+from preflight.locations import checks_dir, unwritable
 from preflight.options import Option, UsageParser, argparse_type, join_negative_values
 
 JUNIT_NAME = "preflight-junit.xml"
@@ -128,6 +129,19 @@ def _check_report_dir(path: Path) -> None:
         raise UsageError(f"cannot write reports to {path}: {exc.strerror or exc}") from None
 
 
+def _check_scratch_locations() -> None:
+    """The folders preflight writes besides the report directory: the op cache falls back to a private folder
+    by itself (``extensions_root``); one the user named that cannot be written is one line now, not a crash
+    half way through the run."""
+    from preflight.probe.deepspeed_ops import EXTENSIONS_DIR_ENV, extensions_root
+
+    root = extensions_root()  # UnusableLocation when neither the cache nor the private fallback can be used
+    why = unwritable(root)
+    if why is not None:
+        raise UsageError(f"{EXTENSIONS_DIR_ENV}={shown(str(root))} cannot hold preflight's op builds ({why}): point "
+                         "it at a writable directory, or unset it to use ~/.cache/preflight")
+
+
 def _check_junit_path(path: Path) -> None:
     """pytest writes the JUnit file at the very end: a path that cannot take it is a usage error now, not a
     traceback after every check has run. An existing file is left as it is (the run replaces it)."""
@@ -192,6 +206,7 @@ def run(argv: list[str]) -> int:
     _check_report_dir(report_dir)
     if args.junitxml:
         _check_junit_path(Path(args.junitxml).resolve())
+    _check_scratch_locations()
     stale = report_dir / "preflight.json"
     code, errors = _run_pytest(pytest_argv(args, extra))
     if code == pytest.ExitCode.USAGE_ERROR:

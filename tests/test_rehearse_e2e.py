@@ -16,6 +16,7 @@ from typing import Any
 import psutil
 import pytest
 
+from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, TEST_DATA, validate_report
 
 pytestmark = pytest.mark.subprocess
@@ -57,7 +58,7 @@ def _ours(proc: psutil.Process, cwd: Path, pids: set[int]) -> bool:
 
 def assert_nothing_left(cwd: Path) -> None:
     """No torchrun, rank or child of a rank that ran in ``cwd`` is still alive."""
-    pids = {int(json.loads(p.read_text())["pid"]) for p in cwd.glob("reports/logs/*/rank*.pid")}
+    pids = {int(json.loads(p.read_text())["pid"]) for p in cwd.glob(f"reports/{LOGS}/*/rank*.pid")}
     until = time.monotonic() + LEFTOVER_WAIT_S
     while True:
         alive = [p for p in psutil.process_iter() if p.pid != os.getpid() and _ours(p, cwd, pids)]
@@ -100,7 +101,7 @@ def test_a_seed_style_ddp_script_on_one_and_two_gloo_ranks(tmp_path):
     junit = (tmp_path / "reports" / "preflight-junit.xml").read_text()
     assert "test_rehearsal_size" in junit and "test_rehearsal_scaling" in junit
     assert (tmp_path / "ckpt.pt").exists()  # the script ran in the working directory, with its arguments
-    logs = tmp_path / "reports" / "logs"
+    logs = tmp_path / "reports" / LOGS
     assert (logs / "rehearse-2ranks" / "rank0.log").exists() and (logs / "rehearse-2ranks" / "rank1.log").exists()
     assert_nothing_left(tmp_path)
 
@@ -197,7 +198,7 @@ def test_sigkill_of_preflight_leaves_no_rank_behind(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "rehearse", "--nproc", "2", *SHORT, "--timeout", "300",
                              "--", SEED, "--no-step", "--epochs", "100000000"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    run_dir = tmp_path / "reports" / "logs" / "rehearse-2ranks"
+    run_dir = tmp_path / "reports" / LOGS / "rehearse-2ranks"
     until = time.monotonic() + 180
     while not all((run_dir / f"rank{r}.rehearsal.json").exists() for r in (0, 1)):
         assert proc.poll() is None and time.monotonic() < until, "the ranks never started"

@@ -3,25 +3,37 @@
 For a support engineer who received only ``preflight.json``: writes the HTML the run would have
 written (default: beside the JSON, ``.html`` instead of ``.json``). ``--oneline`` prints the run's
 status in at most 80 characters instead and exits like the run did (0 ready or degraded, 1 not
-ready), which is what a health daemon reading the last report needs. ``-`` reads the report from
-stdin. A file that is not a preflight report (checked against the shipped schema first), or one
-of an unknown schema version, is refused in one line with exit code 2.
+ready, 2 when the run could not judge the node), which is what a health daemon reading the last
+report needs. ``-`` reads the report from stdin. A file that is not a preflight report (checked
+against the shipped schema first), or one of an unknown schema version, is refused in one line
+with exit code 2.
 """
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import jinja2
 
 from preflight.errors import EXIT_NOT_READY, EXIT_OK, UsageError
 from preflight.inputs import STDIN, shown
 from preflight.options import UsageParser
+from preflight.outcome import RunVerdict
 from preflight.report.html import render_html
 from preflight.report.oneline import format_oneline
 from preflight.report.saved import UnreadableReport, load_report
 from preflight.report.writer import write_atomic
+
+
+def _exit_code(report: dict[str, Any]) -> int:
+    """The run's exit code as its verdict gives it (a hand-edited ``exit_code`` does not turn NOT READY or
+    ERROR into 0); DEGRADED keeps the run's own (1 when it ran with --strict)."""
+    verdict = RunVerdict(report["verdict"])
+    if verdict is RunVerdict.DEGRADED:
+        return EXIT_NOT_READY if report["run"].get("exit_code") == EXIT_NOT_READY else EXIT_OK
+    return verdict.exit_code()
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -30,7 +42,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("report", metavar="REPORT.json", help="a preflight.json written by preflight ('-' = stdin)")
     parser.add_argument("--out", type=Path, metavar="FILE", help="HTML file to write (default: REPORT.html beside it)")
     parser.add_argument("--oneline", action="store_true", help="print the status in at most 80 characters and exit "
-                        "with the run's exit code (0 ready or degraded, 1 not ready) instead of writing HTML")
+                        "with the run's exit code (0 ready or degraded, 1 not ready, 2 not judged) instead of "
+                        "writing HTML")
     return parser
 
 
@@ -42,7 +55,7 @@ def main(argv: list[str]) -> int:
         raise UsageError(str(exc)) from None
     if args.oneline:
         print(format_oneline(report))
-        return EXIT_NOT_READY if report["verdict"] == "NOT READY" else int(report["run"].get("exit_code") or EXIT_OK)
+        return _exit_code(report)
     if args.out is None and args.report == STDIN:
         raise UsageError("a report read from standard input needs --out FILE (or --oneline)")
     out = args.out or Path(args.report).with_suffix(".html")

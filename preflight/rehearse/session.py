@@ -36,6 +36,7 @@ from preflight.rehearse.plan import RehearsalPlan
 from preflight.rehearse.table import table_view, terminal_lines
 from preflight.plugin import COLLECTOR_KEY
 from preflight.report.facts import add_section, gathered_sections
+from preflight.report.ownership import LOGS
 from preflight.report.redact import redact_obj
 
 SESSION_KEY = pytest.StashKey["RehearsalSession"]()
@@ -134,7 +135,7 @@ class RehearsalSession:
 
     def log_dir(self, nproc: int) -> Path:
         """Where a size's rank logs go."""
-        return self.report_dir / "logs" / f"rehearse-{nproc}ranks"
+        return self.report_dir / LOGS / f"rehearse-{nproc}ranks"
 
     def blocked_by(self, nproc: int) -> int | None:
         """The smaller size that failed first, when larger ones are not run."""
@@ -225,7 +226,7 @@ class RehearsalSession:
             return None, "--no-sweep and no --from-report: no measured busbw to predict with"
         else:
             nproc = max(multi)
-            measured, busbw_source = measure_busbw(nproc, self.plan.on_gpu, self.report_dir / "logs" /
+            measured, busbw_source = measure_busbw(nproc, self.plan.on_gpu, self.report_dir / LOGS /
                                                    "rehearse-allreduce", count * per)
             if measured is None or measured <= 0:
                 return None, busbw_source

@@ -25,7 +25,8 @@ def problems(report: dict[str, Any]) -> list[dict[str, Any]]:
 
 
 def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
-    """``READY``, ``DEGRADED: NCCL_P2P_SLOW - ...`` or ``NOT READY: CODE (+N more) - summary``.
+    """``READY``, ``DEGRADED: NCCL_P2P_SLOW - ...``, ``NOT READY: CODE (+N more) - summary`` or
+    ``ERROR: NO_CHECK_FINISHED - why`` (the run could not judge the node).
 
     An interrupted run names the interruption first, whatever the checks found before it (a WARN seen
     before Ctrl-C is not why the node is NOT READY), with how many checks did not run. A partial run
@@ -36,7 +37,10 @@ def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
     note = selection_note(report)
     found = problems(report)
     run = report.get("run", {})
-    if run.get("interrupted"):
+    error = run.get("error") or {}
+    if report.get("verdict") == "ERROR" and error:  # preflight could not judge the node: say why, first
+        code, extra, summary = str(error.get("code") or ERROR_CODE), len(found), str(error.get("summary") or "")
+    elif run.get("interrupted"):
         code, extra = INTERRUPTED_CODE, len(found)
         not_run = len(report.get("not_run") or [])
         summary = str(run.get("interruption") or "the run was interrupted")
