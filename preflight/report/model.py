@@ -99,7 +99,8 @@ class RunRecord:
         preflight crashed (an INTERNALERROR); None for a run that judged it."""
         if self.internal_error is None and (self.checks or self.interrupted):
             return None
-        cause = self.internal_error or "the session ended without running one"
+        cause = self.internal_error or ("no check matches the selection (-k / -m)" if not self.collected
+                                        else "the session ended without running one")
         if not self.checks:
             return RunError(NO_CHECK_FINISHED_CODE, f"no check finished: {cause}",
                             "Nothing about the node was judged. Fix the cause named here (a location preflight "
