@@ -142,6 +142,15 @@ def _check_scratch_locations() -> None:
                          "it at a writable directory, or unset it to use ~/.cache/preflight")
 
 
+def _check_cpu_ranks(args: argparse.Namespace) -> None:
+    """``--cpu --nproc N`` starts N gloo ranks, each a Python process importing torch: more than the cores
+    this process may use is refused in one line (``--cpu --nproc 100000`` would fork until memory ran out)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if getattr(args, "cpu", False) and args.nproc and args.nproc > cores:
+        raise UsageError(f"--cpu --nproc {args.nproc}: this node has {cores} CPU core{'s' if cores != 1 else ''} for "
+                         "gloo ranks (one per core at most)")
+
+
 def _check_junit_path(path: Path) -> None:
     """pytest writes the JUnit file at the very end: a path that cannot take it is a usage error now, not a
     traceback after every check has run. An existing file is left as it is (the run replaces it)."""
@@ -200,7 +209,8 @@ def run(argv: list[str]) -> int:
 
     value_options = {f"--{o.name}" for o in all_options() if not o.flag}
     head = join_negative_values(head, value_options)
-    build_parser().parse_args(head)  # validates every value: one line and exit 2 on bad input
+    converted = build_parser().parse_args(head)  # validates every value: one line and exit 2 on bad input
+    _check_cpu_ranks(converted)
     args = build_parser(convert=False).parse_args(head)
     report_dir = Path(args.report_dir or "reports").resolve()
     _check_report_dir(report_dir)
