@@ -9,7 +9,9 @@ Exit codes: 0 ready or degraded, 1 not ready (or degraded with --strict), 2 coul
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import io
 import importlib
 import importlib.metadata
 import json
@@ -247,8 +249,37 @@ EXIT_BROKEN_PIPE = 128 + 13
 """What a shell reports for a command SIGPIPE ended (``preflight topology | head``)."""
 
 
+def _standard_streams() -> None:
+    """Standard input, output and error usable whatever the caller left: a closed one (``preflight >&-``, a
+    daemon without a terminal) is pointed at /dev/null *before* anything opens a file, which would otherwise
+    get its descriptor (and stdout's text with it) and leave Python's ``sys.stdout`` None half way through
+    the run; text that cannot be encoded (a non-UTF-8 path in argv) is written escaped, never a traceback."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if stream is None:
+            stream = open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace",  # noqa: SIM115
+                          closefd=False)  # the process's own stream, never closed
+            setattr(sys, name, stream)
+            if getattr(sys, f"__{name}__") is None:  # pytest's faulthandler reads sys.__stderr__
+                setattr(sys, f"__{name}__", stream)
+        elif hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, io.UnsupportedOperation):
+                stream.reconfigure(errors="backslashreplace")
+    if sys.stdin is None:
+        sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115 - for the run
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
+    _standard_streams()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         commands = subcommands()

@@ -30,7 +30,7 @@ from preflight.report.model import CheckResult, RunRecord, build_report, headlin
 from preflight.report.ownership import LOGS, DirectoryInUse, NotPreflights, ReportDirectory, make_private
 from preflight.report.redact import redact_files, redact_obj, report_environment
 from preflight.report.selection import Selection
-from preflight.report.writer import LineLog, dump_json, write_atomic
+from preflight.report.writer import LineLog, dump_json, printable, write_atomic
 from preflight.settings import Settings
 
 JSON_NAME = "preflight.json"
@@ -143,7 +143,7 @@ class ReportCollector:
         """Called by the plugin when a check has finished all its phases."""
         self.record.add(result)
         if self.lines is not None:
-            self.lines.write(redact_obj({"type": "check", **result.as_dict()}))
+            self.lines.write(printable(redact_obj({"type": "check", **result.as_dict()})))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         junit.mark_warning(self.config, report)  # here, on the controller: xdist workers write no JUnit
@@ -166,16 +166,26 @@ class ReportCollector:
         """Write the reports first; a JUnit file that cannot be written (a full disk) is one line, not
         a traceback from pytest's JUnit plugin, and the verdict already written stands."""
         self._finish(exitstatus)
+        pending = junit.write_atomically(self.config)  # whole or not at all: never a truncated file
         try:
             yield
         except OSError as exc:
             if not _raised_in(exc, "junitxml.py"):
                 raise
-            problem = f"could not write the JUnit XML {self.config.getoption('xmlpath')}: {exc.strerror or exc}"
-            if self.write_error is None:
-                self.write_error = problem
-                LAST_RUN["write_error"] = problem
-                print(f"preflight: {problem}", file=sys.stderr, flush=True)
+            junit.abandon(self.config, pending)
+            self._junit_failed(exc)
+            return
+        try:
+            junit.commit(self.config, pending)
+        except OSError as exc:
+            self._junit_failed(exc)
+
+    def _junit_failed(self, exc: OSError) -> None:
+        problem = f"could not write the JUnit XML {self.config.getoption('xmlpath')}: {exc.strerror or exc}"
+        if self.write_error is None:
+            self.write_error = problem
+            LAST_RUN["write_error"] = problem
+            print(f"preflight: {problem}", file=sys.stderr, flush=True)
 
     def _finish(self, exitstatus: int | pytest.ExitCode) -> None:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -274,7 +284,7 @@ class ReportCollector:
             exit_code=self.exit_code(),
             sections=gathered_sections(self.config),
         )
-        self.report = redact_obj(report)
+        self.report = printable(redact_obj(report))
         LAST_RUN.update(verdict=self.report["verdict"], exit_code=self.exit_code(), write_error=None, shown=False)
         try:
             for path, render in ((self.report_dir / JSON_NAME, dump_json), (self.report_dir / HTML_NAME,
