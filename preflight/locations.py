@@ -33,20 +33,27 @@ class UnusableLocation(UsageError):
 def unwritable(path: Path) -> str | None:
     """Why preflight could not create and write files in the directory ``path``, or None when it could.
 
-    Nothing is created: the nearest existing ancestor (or ``path`` itself) must be a directory this
-    process may write into (``os.access`` answers for root too: a read-only mount is refused to it)."""
+    The nearest existing ancestor (or ``path`` itself) must be a directory in which a file can really be
+    made: a private probe file is created and removed there (permission bits do not tell for root, a
+    read-only mount or sysfs); nothing else is created."""
     here = Path(os.path.abspath(path))
     for candidate in (here, *here.parents):
         try:
             mode = os.stat(candidate).st_mode
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):  # below a file: the file is named
             continue
         except OSError as exc:
             return f"{candidate}: {exc.strerror or exc}"
         if not stat.S_ISDIR(mode):
             return f"{candidate} is not a directory"
-        if not os.access(candidate, os.W_OK | os.X_OK):
-            return f"{candidate} is {'on a read-only file system' if _read_only(candidate) else 'not writable'}"
+        try:
+            fd, probe = tempfile.mkstemp(prefix=".preflight-probe-", dir=candidate)
+        except OSError as exc:
+            return f"{candidate} is {'on a read-only file system' if _read_only(candidate) else 'not writable'}" \
+                   f" ({exc.strerror or exc})"
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            os.unlink(probe)
         return None
     return f"{here}: no existing parent"
 

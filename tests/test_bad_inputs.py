@@ -1,7 +1,10 @@
-"""Bad input to ``topology``, ``nccl-log``, ``report`` and ``merge``: exit 2, one line, no traceback.
+"""Bad input and hostile runs: exit 2 with one line, or a clear verdict; nothing lost, leaked or left.
 
-The cases are in ``tests/bad_inputs.py``. FIFO and standard-input cases run in a child process
-under a deadline, so a regression that blocks on a FIFO fails the test instead of hanging the suite.
+The cases are in ``tests/bad_inputs.py`` (files for ``topology``, ``nccl-log``, ``report`` and
+``merge``; option values) and ``tests/bad_runs.py`` (whole runs). FIFO and standard-input cases run in
+a child process under a deadline, so a regression that blocks on a FIFO fails the test instead of
+hanging the suite; the runs are child processes, each started once per module and shared by the
+cases that assert on it.
 """
 
 from __future__ import annotations
@@ -19,7 +22,20 @@ from preflight.cli import main
 from preflight.inputs import MAX_INPUT_BYTES, UnreadableInput, read_bytes, read_text
 from preflight.report.model import SCHEMA_VERSION
 from preflight.report.validate import SchemaError, first_problem, report_schema
-from tests.bad_inputs import CASES, BadInput, argv, every_case, good_report, prepare, run_child
+from tests.bad_inputs import (
+    CASES,
+    OPTION_CASES,
+    BadInput,
+    BadOption,
+    argv,
+    every_case,
+    good_report,
+    option_argv,
+    prepare,
+    run_child,
+    run_option_child,
+)
+from tests.bad_runs import FAULT_CASES, FaultCase, run_fault
 from tests.conftest import REPO_ROOT, SCHEMA_PATH, validate_report
 from tests.fleet_reports import busbw_check, hung_ddp, make_report
 
@@ -49,6 +65,49 @@ def test_refused_in_one_line_in_a_child(case: BadInput, command: str) -> None:
     ok, line = run_child(REPO_ROOT, case, command, timeout_s=60)
     assert ok, line
     assert case.message in line
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in OPTION_CASES if not c.blocks])
+def test_a_bad_option_value_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch, case: BadOption) -> None:
+    for name, value in (case.env(tmp_path) if case.env else {}).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    assert main(option_argv(case, tmp_path)) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("preflight: error: "), captured.err
+    assert case.message in lines[0] and "Traceback" not in captured.err
+    assert not (tmp_path / "reports" / "preflight.json").exists()
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in OPTION_CASES if c.blocks])
+def test_a_fifo_option_is_refused_without_waiting(case: BadOption) -> None:
+    ok, line = run_option_child(REPO_ROOT, case, timeout_s=60)
+    assert ok, line
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One scratch folder for the module: each hostile run starts once and serves every case on it."""
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in FAULT_CASES if c.run])
+def test_a_hostile_run_ends_in_a_clear_verdict(runs_dir: Path, case: FaultCase) -> None:
+    missing = case.needs()
+    if missing is not None:
+        pytest.skip(missing)
+    ok, why = run_fault(REPO_ROOT, case, runs_dir)
+    assert ok, why
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in FAULT_CASES if not c.run])
+def test_a_fault_judged_in_process(tmp_path: Path, case: FaultCase) -> None:
+    ok, why = run_fault(REPO_ROOT, case, tmp_path)
+    assert ok, why
 
 
 def test_the_bad_report_cases_are_bad_for_jsonschema_too(tmp_path: Path) -> None:

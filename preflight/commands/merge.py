@@ -60,7 +60,7 @@ def main(argv: list[str]) -> int:
         write_atomic(html_path, render_fleet_html(fleet))
     except OSError as exc:
         raise UsageError(f"cannot write the fleet report to {args.out}: {exc.strerror or exc}") from None
-    counts = ", ".join(f"{n} {v}" for v, n in fleet["verdicts"].items())
+    counts = ", ".join(f"{n} {v}" for v, n in fleet["verdicts"].items() if n or v != "ERROR")  # ERROR: when seen
     outliers = fleet["suspect"]
     suspect = f", {len(outliers)} bandwidth outlier(s): {', '.join(outliers)}" if outliers else ""
     unread = f" ({len(skipped)} unreadable report(s) skipped)" if skipped else ""
