@@ -12,6 +12,7 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -308,3 +309,24 @@ def test_stdin_without_a_buffer_and_closed_stdin(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(sys, "stdin", closed)
     with pytest.raises(UnreadableInput, match="cannot read standard input"):
         read_text("-")
+
+
+# -- what the option cases rest on -------------------------------------------------------------------------
+
+
+def test_yaml_is_told_apart_from_json_configs() -> None:
+    """The YAML hint fires on YAML only: none of the JSON configs of tests/data/ds_config is called YAML."""
+    from preflight.parse.ds_config import looks_like_yaml
+
+    configs = sorted((REPO_ROOT / "tests" / "data" / "ds_config").glob("*.json"))
+    assert configs and not any(looks_like_yaml(path.read_text()) for path in configs)
+    assert looks_like_yaml("# DeepSpeed\n---\nzero_optimization:\n  stage: 3\n")
+    assert looks_like_yaml("train_batch_size: 32\n") and not looks_like_yaml('{"train_batch_size": 32}')
+    assert not looks_like_yaml("train_batch_size 32\n")  # not JSON either, but not YAML: the JSON error stands
+
+
+def test_text_that_is_not_utf8_is_written_escaped() -> None:
+    from preflight.report.writer import printable
+
+    raw = os.fsdecode(b"/tmp/caf\xe9")
+    assert printable({"argv": [raw, "ok"], raw: 1}) == {"argv": ["/tmp/caf\\xe9", "ok"], "/tmp/caf\\xe9": 1}
