@@ -60,7 +60,7 @@ def read_bytes(path: str, *, limit: int = MAX_INPUT_BYTES, what: str | None = No
             _require_size(opened.st_size, name, limit, capture)
             data = handle.read(limit + 1)
     except FileNotFoundError:
-        raise UnreadableInput(f"{name} does not exist" if what else f"cannot read {name}: No such file or directory"
+        raise UnreadableInput(f"cannot read {name}: {'it does not exist' if what else 'No such file or directory'}"
                               ) from None
     except OSError as exc:
         raise UnreadableInput(f"cannot read {name}: {exc.strerror or exc}") from None
