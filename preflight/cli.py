@@ -153,9 +153,10 @@ def _check_cpu_ranks(args: argparse.Namespace) -> None:
                          "gloo ranks (one per core at most)")
 
 
-def _check_junit_path(path: Path) -> None:
-    """pytest writes the JUnit file at the very end: a path that cannot take it is a usage error now, not a
-    traceback after every check has run. An existing file is left as it is (the run replaces it)."""
+def _check_junit_path(path: Path, what: str = "the JUnit XML") -> None:
+    """pytest writes the JUnit file (and preflight the Prometheus textfile) at the very end: a path that cannot
+    take it is a usage error now, not a line after every check has run. An existing file is left as it is
+    (the run replaces it)."""
     try:
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, "Is a directory")
@@ -169,7 +170,7 @@ def _check_junit_path(path: Path) -> None:
         if not existed:
             path.unlink()
     except OSError as exc:
-        raise UsageError(f"cannot write the JUnit XML to {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {what} to {shown(str(path))}: {exc.strerror or exc}") from None
 
 
 def _run_pytest(argv: list[str], plugins: list[object] | None = None) -> tuple[int, str]:
@@ -218,6 +219,8 @@ def run(argv: list[str]) -> int:
     _check_report_dir(report_dir)
     if args.junitxml:
         _check_junit_path(Path(args.junitxml).resolve())
+    if getattr(converted, "prometheus", None):
+        _check_junit_path(Path(converted.prometheus), "the Prometheus textfile")
     _check_scratch_locations()
     stale = report_dir / "preflight.json"
     code, errors = _run_pytest(pytest_argv(args, extra))

@@ -306,6 +306,8 @@ OPTION_CASES: tuple[BadOption, ...] = (
     BadOption("nvml-timeout-1e20", lambda tmp: ["--nvml-timeout", "1e20"], "at most 604800 seconds"),
     BadOption("nproc-100000", lambda tmp: ["--nproc", "100000"], "at most 1024 ranks"),
     BadOption("cpu-nproc-over-cores", lambda tmp: ["--cpu", "--nproc", str(_cores() + 1)], "one per core at most"),
+    BadOption("prometheus-unwritable", lambda tmp: ["--prometheus", "/sys/fs/preflight.prom", "-k", "shared_memory"],
+              "cannot write the Prometheus textfile to /sys/fs/preflight.prom"),
     BadOption("torch-extensions-dir-unwritable", lambda tmp: ["-k", "shared_memory"],
               "PREFLIGHT_TORCH_EXTENSIONS_DIR=", env=_not_a_folder),
 )

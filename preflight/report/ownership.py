@@ -62,11 +62,10 @@ def logs_dir(report_dir: Path) -> Path:
 
 
 def mark_owned(path: Path) -> None:
-    """Put preflight's mark in a folder it has just made, so a later run may empty or remove it."""
+    """Put preflight's mark in a folder it has just made, so a later run may empty or remove it. The mark is
+    an empty file: it takes no data block, so a full disk still takes it."""
     with contextlib.suppress(FileExistsError):
-        fd = os.open(path / OWNED_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE)
-        with os.fdopen(fd, "w", encoding="utf-8") as mark:
-            mark.write("made by preflight: its rank logs and launch files; emptied by preflight's next run here\n")
+        os.close(os.open(path / OWNED_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL, PRIVATE_FILE_MODE))
 
 
 def is_owned(path: Path) -> bool:
