@@ -217,8 +217,8 @@ class ReportCollector:
         """This run's files 0600 (the reports, the JUnit file when it lies in the report directory), its own
         folder's tree 0700/0600; nothing else there is re-moded (the user's files beside them). The
         Prometheus textfile, read by an exporter that may run as another user, is left as written."""
-        junit = self.config.getoption("xmlpath", default=None)
-        inside = [Path(junit)] if junit and Path(os.path.abspath(junit)).parent == self.report_dir else []
+        xml = self.config.getoption("xmlpath", default=None)
+        inside = [Path(xml)] if xml and Path(os.path.abspath(xml)).parent == self.report_dir else []
         make_private(self.report_dir, also=inside)
 
     # -- writing ---------------------------------------------------------------------------
