@@ -207,7 +207,9 @@ def start(repo: Path, name: str, tmp: Path) -> RunResult:
         done = subprocess.run([sys.executable, *spec.argv], cwd=spec.cwd, env=env, stdin=subprocess.DEVNULL,
                               capture_output=True, timeout=spec.timeout_s, preexec_fn=close_streams)
     finally:
-        if name == "full-disk-junit":
+        if name == "full-disk-junit":  # what the full disk holds is kept before it goes with the mount
+            if (tmp / "tiny" / "junit.xml").exists():
+                shutil.copyfile(tmp / "tiny" / "junit.xml", tmp / "junit-left.xml")
             subprocess.run(["umount", str(tmp / "tiny")], capture_output=True)
     return RunResult(done.returncode, done.stdout.decode(errors="replace"), done.stderr.decode(errors="replace"),
                      tmp, spec.report_dir)
@@ -372,13 +374,15 @@ def _refused_untouched(result: RunResult) -> str | None:
 
 
 def _junit_whole_or_absent(result: RunResult) -> str | None:
-    junit = result.tmp / "tiny" / "junit.xml"  # unmounted: what the full disk held is gone with it
+    junit = result.tmp / "junit-left.xml"  # what the full disk held when the run ended
     messages = [line for line in result.stderr.splitlines() if "could not write the JUnit XML" in line]
     report = result.report()
     if report is None or len(messages) != 1:
         return f"report {'missing' if report is None else 'written'}, {len(messages)} JUnit messages"
-    if "No space left on device" not in messages[0] or junit.exists():
+    if "No space left on device" not in messages[0]:
         return messages[0]
+    if junit.exists():
+        return f"a truncated JUnit file was left ({junit.stat().st_size} bytes)"
     if result.returncode != report["run"]["exit_code"]:
         return f"exit code {result.returncode}, the JSON says {report['run']['exit_code']}"
     return _no_traceback(result)
