@@ -9,7 +9,9 @@ Exit codes: 0 ready or degraded, 1 not ready (or degraded with --strict), 2 coul
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
+import io
 import importlib
 import importlib.metadata
 import json
@@ -24,7 +26,8 @@ from typing import Any
 import preflight
 import preflight.commands
 from preflight.errors import EXIT_USAGE, UsageError
-from preflight.locations import checks_dir
+from preflight.inputs import shown
+from preflight.locations import checks_dir, unwritable
 from preflight.options import Option, UsageParser, argparse_type, join_negative_values
 
 JUNIT_NAME = "preflight-junit.xml"
@@ -189,9 +192,32 @@ def _check_report_dir(path: Path) -> None:
         raise UsageError(f"cannot write reports to {path}: {exc.strerror or exc}") from None
 
 
-def _check_junit_path(path: Path) -> None:
-    """pytest writes the JUnit file at the very end: a path that cannot take it is a usage error now, not a
-    traceback after every check has run. An existing file is left as it is (the run replaces it)."""
+def _check_scratch_locations() -> None:
+    """The folders preflight writes besides the report directory: the op cache falls back to a private folder
+    by itself (``extensions_root``); one the user named that cannot be written is one line now, not a crash
+    half way through the run."""
+    from preflight.probe.deepspeed_ops import EXTENSIONS_DIR_ENV, extensions_root
+
+    root = extensions_root()  # UnusableLocation when neither the cache nor the private fallback can be used
+    why = unwritable(root)
+    if why is not None:
+        raise UsageError(f"{EXTENSIONS_DIR_ENV}={shown(str(root))} cannot hold preflight's op builds ({why}): point "
+                         "it at a writable directory, or unset it to use ~/.cache/preflight")
+
+
+def _check_cpu_ranks(args: argparse.Namespace) -> None:
+    """``--cpu --nproc N`` starts N gloo ranks, each a Python process importing torch: more than the cores
+    this process may use is refused in one line (``--cpu --nproc 100000`` would fork until memory ran out)."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    if getattr(args, "cpu", False) and args.nproc and args.nproc > cores:
+        raise UsageError(f"--cpu --nproc {args.nproc}: this node has {cores} CPU core{'s' if cores != 1 else ''} for "
+                         "gloo ranks (one per core at most)")
+
+
+def _check_junit_path(path: Path, what: str = "the JUnit XML") -> None:
+    """pytest writes the JUnit file (and preflight the Prometheus textfile) at the very end: a path that cannot
+    take it is a usage error now, not a line after every check has run. An existing file is left as it is
+    (the run replaces it)."""
     try:
         if path.is_dir():
             raise IsADirectoryError(errno.EISDIR, "Is a directory")
@@ -205,7 +231,7 @@ def _check_junit_path(path: Path) -> None:
         if not existed:
             path.unlink()
     except OSError as exc:
-        raise UsageError(f"cannot write the JUnit XML to {path}: {exc.strerror or exc}") from None
+        raise UsageError(f"cannot write {what} to {shown(str(path))}: {exc.strerror or exc}") from None
 
 
 def _run_pytest(argv: list[str], plugins: list[object] | None = None) -> tuple[int, str]:
@@ -247,12 +273,16 @@ def run(argv: list[str]) -> int:
 
     value_options = {f"--{o.name}" for o in all_options() if not o.flag}
     head = join_negative_values(head, value_options)
-    build_parser().parse_args(head)  # validates every value: one line and exit 2 on bad input
+    converted = build_parser().parse_args(head)  # validates every value: one line and exit 2 on bad input
+    _check_cpu_ranks(converted)
     args = build_parser(convert=False).parse_args(head)
     report_dir = Path(args.report_dir or "reports").resolve()
     _check_report_dir(report_dir)
     if args.junitxml:
         _check_junit_path(Path(args.junitxml).resolve())
+    if getattr(converted, "prometheus", None):
+        _check_junit_path(Path(converted.prometheus), "the Prometheus textfile")
+    _check_scratch_locations()
     stale = report_dir / "preflight.json"
     code, errors = _run_pytest(pytest_argv(args, extra))
     if code == pytest.ExitCode.USAGE_ERROR:
@@ -283,8 +313,37 @@ EXIT_BROKEN_PIPE = 128 + 13
 """What a shell reports for a command SIGPIPE ended (``preflight topology | head``)."""
 
 
+def _standard_streams() -> None:
+    """Standard input, output and error usable whatever the caller left: a closed one (``preflight >&-``, a
+    daemon without a terminal) is pointed at /dev/null *before* anything opens a file, which would otherwise
+    get its descriptor (and stdout's text with it) and leave Python's ``sys.stdout`` None half way through
+    the run; text that cannot be encoded (a non-UTF-8 path in argv) is written escaped, never a traceback."""
+    for fd in (0, 1, 2):
+        try:
+            os.fstat(fd)
+        except OSError:
+            null = os.open(os.devnull, os.O_RDONLY if fd == 0 else os.O_WRONLY)
+            if null != fd:
+                os.dup2(null, fd)
+                os.close(null)
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        stream = getattr(sys, name)
+        if stream is None:
+            stream = open(fd, "w", buffering=1, encoding="utf-8", errors="backslashreplace",  # noqa: SIM115
+                          closefd=False)  # the process's own stream, never closed
+            setattr(sys, name, stream)
+            if getattr(sys, f"__{name}__") is None:  # pytest's faulthandler reads sys.__stderr__
+                setattr(sys, f"__{name}__", stream)
+        elif hasattr(stream, "reconfigure"):
+            with contextlib.suppress(ValueError, io.UnsupportedOperation):
+                stream.reconfigure(errors="backslashreplace")
+    if sys.stdin is None:
+        sys.stdin = open(0, encoding="utf-8", errors="surrogateescape", closefd=False)  # noqa: SIM115 - for the run
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console entry point."""
+    _standard_streams()
     argv = list(sys.argv[1:] if argv is None else argv)
     try:
         commands = subcommands()

@@ -10,3 +10,4 @@ class UsageError(Exception):
 EXIT_OK = 0
 EXIT_NOT_READY = 1
 EXIT_USAGE = 2
+"""Could not run (bad usage, bad input) or could not judge the node (the run verdict ERROR)."""

@@ -41,24 +41,30 @@ def shown(path: str) -> str:
     return path if path.isprintable() else ascii(path)
 
 
-def read_bytes(path: str, *, limit: int = MAX_INPUT_BYTES) -> bytes:
-    """The whole content of ``path`` (standard input for ``-``), at most ``limit`` bytes."""
+def read_bytes(path: str, *, limit: int = MAX_INPUT_BYTES, what: str | None = None) -> bytes:
+    """The whole content of ``path`` (standard input for ``-``), at most ``limit`` bytes. ``what`` names
+    a file an option gives (``DeepSpeed config x.json``): its refusals then say only what is wrong,
+    without the advice for a pasted capture."""
     if path == STDIN:
         return _read_stdin(limit)
-    name = shown(path)
+    name = what or shown(path)
+    capture = what is None
     try:
         before = os.stat(path)
-        _require_regular(before.st_mode, name)
-        _require_size(before.st_size, name, limit)
+        _require_regular(before.st_mode, name, capture)
+        _require_size(before.st_size, name, limit, capture)
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
         with os.fdopen(fd, "rb") as handle:
             opened = os.fstat(handle.fileno())
-            _require_regular(opened.st_mode, name)
-            _require_size(opened.st_size, name, limit)
+            _require_regular(opened.st_mode, name, capture)
+            _require_size(opened.st_size, name, limit, capture)
             data = handle.read(limit + 1)
+    except FileNotFoundError:
+        raise UnreadableInput(f"cannot read {name}: {'it does not exist' if what else 'No such file or directory'}"
+                              ) from None
     except OSError as exc:
         raise UnreadableInput(f"cannot read {name}: {exc.strerror or exc}") from None
-    _require_size(len(data), name, limit)  # the file grew while it was read
+    _require_size(len(data), name, limit, capture)  # the file grew while it was read
     return data
 
 
@@ -75,17 +81,36 @@ def read_text(path: str, *, limit: int = MAX_INPUT_BYTES) -> str:
     return text
 
 
-def _require_regular(mode: int, name: str) -> None:
+def not_a_file(path: str) -> str | None:
+    """Why ``path`` cannot be read as a file (``is a named pipe (FIFO), not a regular file``, ``does not
+    exist``), checked with ``stat`` without opening it; None for a regular file. For option types: a file
+    option refuses a FIFO, a device or a directory in one line before anything waits on it."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        return "does not exist"
+    except OSError as exc:
+        return f"cannot be read: {exc.strerror or exc}"
+    if stat.S_ISREG(mode):
+        return None
+    return f"is {_kind(mode)}, not a regular file"
+
+
+def _kind(mode: int) -> str:
+    return next((words for test, words in _KINDS if test(mode)), "not a regular file")
+
+
+def _require_regular(mode: int, name: str, capture: bool = True) -> None:
     if stat.S_ISREG(mode):
         return
-    kind = next((words for test, words in _KINDS if test(mode)), "not a regular file")
-    raise UnreadableInput(f"{name} is {kind}, not a regular file: save the output to a file, or pipe it to '-'")
+    advice = ": save the output to a file, or pipe it to '-'" if capture else ""
+    raise UnreadableInput(f"{name} is {_kind(mode)}, not a regular file{advice}")
 
 
-def _require_size(size: int, name: str, limit: int) -> None:
+def _require_size(size: int, name: str, limit: int, capture: bool = True) -> None:
     if size > limit:
-        raise UnreadableInput(f"{name} is {_mib(size)}, over the {_mib(limit)} limit for a capture: "
-                              "cut it to the part that matters (e.g. grep the NCCL lines)")
+        advice = " for a capture: cut it to the part that matters (e.g. grep the NCCL lines)" if capture else ""
+        raise UnreadableInput(f"{name} is {_mib(size)}, over the {_mib(limit)} limit{advice}")
 
 
 def _mib(size: int) -> str:

@@ -47,9 +47,9 @@ class Option:
 def positive_int(text: str) -> int:
     """An integer >= 1."""
     try:
-        value = int(text)
+        value = int(text) if len(text) <= 30 else int("x")  # a 5000-digit number is not a count
     except ValueError:
-        raise ValueError(f"expected a whole number, got {text!r}") from None
+        raise ValueError(f"expected a whole number, got {text[:40]!r}") from None
     if value < 1:
         raise ValueError(f"expected a number >= 1, got {value}")
     return value
@@ -63,6 +63,29 @@ def positive_float(text: str) -> float:
         raise ValueError(f"expected a number, got {text!r}") from None
     if not value > 0 or value == float("inf"):
         raise ValueError(f"expected a finite number > 0, got {text!r}")
+    return value
+
+
+MAX_SECONDS = 7 * 24 * 3600.0
+"""The longest deadline an option may give: a week (a larger one overflows the platform's timers and
+a watchdog thread would die silently)."""
+MAX_RANKS = 1024
+"""The most ranks one node's job can have (GPUs are 1-16 a node; gloo ranks one per core at most)."""
+
+
+def seconds(text: str) -> float:
+    """A deadline: a finite number of seconds > 0, at most :data:`MAX_SECONDS` (a week)."""
+    value = positive_float(text)
+    if value > MAX_SECONDS:
+        raise ValueError(f"expected at most {MAX_SECONDS:.0f} seconds (a week), got {text!r}")
+    return value
+
+
+def rank_count(text: str) -> int:
+    """A number of ranks on this node: 1 to :data:`MAX_RANKS`."""
+    value = positive_int(text)
+    if value > MAX_RANKS:
+        raise ValueError(f"expected at most {MAX_RANKS} ranks on one node, got {value}")
     return value
 
 

@@ -14,6 +14,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from preflight.errors import EXIT_NOT_READY, EXIT_OK, EXIT_USAGE
+
 CODE_PATTERN = re.compile(r"^[A-Z][A-Z0-9_]*$")
 METRIC_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
 
@@ -40,11 +42,25 @@ PROBLEM_STATUSES = tuple(sorted((s for s in Status if s.rank >= _RANK[Status.WAR
 
 
 class RunVerdict(str, enum.Enum):
-    """The one-line answer for the whole node."""
+    """The one-line answer for the whole node. ``ERROR``: preflight itself could not judge the node (no
+    check finished, or preflight crashed before it found a fault); never read as READY."""
 
     READY = "READY"
     DEGRADED = "DEGRADED"
     NOT_READY = "NOT READY"
+    ERROR = "ERROR"
+
+    def exit_code(self, *, strict: bool = False) -> int:
+        """0 ready or degraded (1 for degraded with ``strict``), 1 not ready, 2 could not judge."""
+        if self is RunVerdict.ERROR:
+            return EXIT_USAGE
+        if self is RunVerdict.NOT_READY or (self is RunVerdict.DEGRADED and strict):
+            return EXIT_NOT_READY
+        return EXIT_OK
+
+
+RUN_VERDICTS = tuple(v.value for v in RunVerdict)
+"""Every run verdict as the report spells it, best first: the one order every writer uses."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -162,10 +178,15 @@ def worst(verdicts: Iterable[Verdict]) -> Verdict | None:
     return best
 
 
-def run_verdict(statuses: Iterable[Status]) -> RunVerdict:
-    """READY with no FAIL/ERROR/WARN, DEGRADED with WARN only, NOT READY with any FAIL or ERROR."""
+def run_verdict(statuses: Iterable[Status], *, judged: bool = True) -> RunVerdict:
+    """READY with no FAIL/ERROR/WARN, DEGRADED with WARN only, NOT READY with any FAIL or ERROR.
+    ``judged`` false (no check finished, or preflight crashed): ERROR, unless a FAIL was already found."""
     seen = set(statuses)
-    if Status.FAIL in seen or Status.ERROR in seen:
+    if Status.FAIL in seen:
+        return RunVerdict.NOT_READY
+    if not judged:
+        return RunVerdict.ERROR
+    if Status.ERROR in seen:
         return RunVerdict.NOT_READY
     if Status.WARN in seen:
         return RunVerdict.DEGRADED

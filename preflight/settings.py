@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from preflight.options import Option, positive_float, positive_int, python_interpreter
+from preflight.options import Option, python_interpreter, rank_count, seconds
 
 PROFILES = ("quick", "full")
 
@@ -19,14 +19,14 @@ CORE_OPTIONS: list[Option] = [
     Option(name="profile", help="quick: a short run that fits a scheduler's health-check budget; full (default): "
            "the complete sweep", choices=PROFILES, default="full"),
     Option(name="nproc", help="ranks for the distributed checks (default: the number of visible GPUs, or 2 "
-           "without GPUs)", type=positive_int, metavar="N"),
+           "without GPUs)", type=rank_count, metavar="N"),
     Option(name="expect-gpus", help="the number of GPUs this node must present (FAIL otherwise)",
-           type=positive_int, metavar="N"),
-    Option(name="timeout", help="overall deadline for the whole run in seconds (default 300)", type=positive_float,
+           type=rank_count, metavar="N"),
+    Option(name="timeout", help="overall deadline for the whole run in seconds (default 300)", type=seconds,
            default=300.0, metavar="SECONDS"),
     Option(name="launch-timeout", help="longest any distributed phase (a DDP step, the sweep, an FSDP or ZeRO step) "
            "may run before it is called hung, in seconds, longer or shorter than its own budget (default: each "
-           "phase's own; the whole run stays within --timeout)", type=positive_float, metavar="SECONDS"),
+           "phase's own; the whole run stays within --timeout)", type=seconds, metavar="SECONDS"),
     Option(name="strict", help="warnings make the exit code 1", flag=True, default=False),
     Option(name="cpu", help="a CPU rehearsal: run the distributed checks on CPU ranks (gloo) on a machine without "
            "NVIDIA GPUs (a laptop, CI); the verdict then says READY (CPU rehearsal)", flag=True, default=False),

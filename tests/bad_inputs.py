@@ -1,10 +1,19 @@
-"""Bad inputs for the four sub-commands that read what a person hands them (issue 16, items 6-7).
+"""Bad inputs and hostile conditions, each with what handling it cleanly means (issues 16 and 25).
 
-Each :class:`BadInput` builds its input under a scratch directory and says which fragment the
-one-line refusal must contain. ``tests/test_bad_inputs.py`` runs them in-process (and the stdin
-ones in a child process); ``python -m tests.bad_inputs [REPO]`` runs every case in a child process
-against the checkout REPO (default: this one), each under a deadline and a memory cap, and counts
-those handled cleanly: exit code 2, one line on stderr, no traceback.
+* :data:`CASES`: bad files for the four sub-commands that read what a person hands them; each
+  :class:`BadInput` builds its input under a scratch directory and names the fragment the one-line
+  refusal must contain.
+* :data:`OPTION_CASES`: bad values for the run's file and number options, ``preflight rehearse`` and
+  ``preflight size`` (a FIFO, ``/dev/zero``, YAML for JSON, ``--gpus 10000000``, an unwritable cache
+  folder): refused in one line, exit 2, without blocking.
+* :data:`FAULT_CASES` (``tests/bad_runs.py``): whole runs under hostile conditions (no check able to
+  finish, a project directory as the report directory, secrets in command lines, closed standard
+  streams, non-UTF-8 paths, a full disk, another preflight running): each a clear verdict or one line,
+  nothing lost, leaked or left.
+
+``tests/test_bad_inputs.py`` runs them (in-process where nothing can block, else in a child process);
+``python -m tests.bad_inputs [REPO]`` runs every case in a child process against the checkout REPO
+(default: this one), each under a deadline and a memory cap, and counts those handled cleanly.
 """
 
 from __future__ import annotations
@@ -225,6 +234,121 @@ def prepare(case: BadInput, tmp: Path) -> str:
     return path
 
 
+# -- bad option values (issue 25 items 1 and 5) ------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class BadOption:
+    """A bad value for an option: ``argv(tmp)`` is the command line after ``preflight``; ``env(tmp)`` adds
+    variables; refused with exit 2 and one line containing ``message``. ``blocks``: a regression would
+    block (a FIFO opened), so the case runs in a child process under a deadline."""
+
+    id: str
+    argv: Callable[[Path], list[str]]
+    message: str
+    env: Callable[[Path], dict[str, str]] | None = None
+    blocks: bool = False
+
+
+def _yaml_config(tmp: Path) -> str:
+    path = tmp / "ds_config.yaml"  # what a YAML-reading launcher's config looks like, handed to DeepSpeed
+    path.write_text("train_micro_batch_size_per_gpu: 4\nzero_optimization:\n  stage: 2\n  overlap_comm: true\n")
+    return str(path)
+
+
+def _sparse_config(tmp: Path) -> str:
+    path = tmp / "ds_config.json"
+    with open(path, "wb") as handle:
+        handle.truncate(5 * 1024 * 1024)  # over the 4 MiB a config may be; sparse: takes no disk
+    return str(path)
+
+
+def _script(tmp: Path) -> str:
+    path = tmp / "train.py"
+    path.write_text("print('training')\n")
+    return str(path)
+
+
+def _not_a_folder(tmp: Path) -> dict[str, str]:
+    """PREFLIGHT_TORCH_EXTENSIONS_DIR below a regular file: no user, root included, can write there."""
+    (tmp / "a-file").write_text("")
+    return {"PREFLIGHT_TORCH_EXTENSIONS_DIR": str(tmp / "a-file" / "torch_extensions")}
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+OPTION_CASES: tuple[BadOption, ...] = (
+    BadOption("ds-config-dev-zero", lambda tmp: ["--ds-config", "/dev/zero"], "is a character device"),
+    BadOption("ds-config-fifo", lambda tmp: ["--ds-config", _fifo(tmp)], "is a named pipe (FIFO)", blocks=True),
+    BadOption("ds-config-directory", lambda tmp: ["--ds-config", _directory(tmp)], "is a directory"),
+    BadOption("ds-config-yaml", lambda tmp: ["--ds-config", _yaml_config(tmp)], "looks like YAML, not JSON"),
+    BadOption("ds-config-over-4-MiB", lambda tmp: ["--ds-config", _sparse_config(tmp)], "over the 4 MiB limit"),
+    BadOption("script-dev-zero", lambda tmp: ["--script", "/dev/zero"], "script /dev/zero is a character device"),
+    BadOption("script-fifo", lambda tmp: ["--script", _fifo(tmp)], "is a named pipe (FIFO)", blocks=True),
+    BadOption("launch-script-dev-zero", lambda tmp: ["--launch", "torchrun --nproc-per-node=2 /dev/zero"],
+              "the launch command's script /dev/zero is a character device"),
+    BadOption("launch-script-fifo", lambda tmp: ["--launch", f"torchrun {_fifo(tmp)} --epochs 1"],
+              "is a named pipe (FIFO)", blocks=True),
+    BadOption("rehearse-from-report-dev-zero",
+              lambda tmp: ["rehearse", "--from-report", "/dev/zero", "--", _script(tmp)], "is a character device"),
+    BadOption("rehearse-from-report-fifo", lambda tmp: ["rehearse", "--from-report", _fifo(tmp), "--", _script(tmp)],
+              "is a named pipe (FIFO)", blocks=True),
+    BadOption("rehearse-script-dev-zero", lambda tmp: ["rehearse", "--", "/dev/zero"], "is a character device"),
+    BadOption("rehearse-script-fifo", lambda tmp: ["rehearse", "--", _fifo(tmp)], "is a named pipe (FIFO)",
+              blocks=True),
+    BadOption("size-gpus-10000000", lambda tmp: ["size", "--model-params", "7B", "--gpus", "10000000",
+                                                 "--gpu-memory", "80GB"], "at most 65536"),
+    BadOption("size-gpus-5000-digits", lambda tmp: ["size", "--model-params", "7B", "--gpus", "9" * 5000,
+                                                    "--gpu-memory", "80GB"], "is not a whole number"),
+    BadOption("timeout-1e300", lambda tmp: ["--timeout", "1e300"], "at most 604800 seconds"),
+    BadOption("nvml-timeout-1e20", lambda tmp: ["--nvml-timeout", "1e20"], "at most 604800 seconds"),
+    BadOption("nproc-100000", lambda tmp: ["--nproc", "100000"], "at most 1024 ranks"),
+    BadOption("cpu-nproc-over-cores", lambda tmp: ["--cpu", "--nproc", str(_cores() + 1)], "one per core at most"),
+    BadOption("prometheus-unwritable", lambda tmp: ["--prometheus", "/sys/fs/preflight.prom", "-k", "shared_memory"],
+              "cannot write the Prometheus textfile to /sys/fs/preflight.prom"),
+    BadOption("torch-extensions-dir-unwritable", lambda tmp: ["-k", "shared_memory"],
+              "PREFLIGHT_TORCH_EXTENSIONS_DIR=", env=_not_a_folder),
+)
+
+
+def option_argv(case: BadOption, tmp: Path) -> list[str]:
+    """The command line of ``case`` (a run's report directory in the scratch folder, never ./reports)."""
+    argv = case.argv(tmp)
+    if argv and argv[0] in ("rehearse", "size"):
+        return argv
+    return ["--report-dir", str(tmp / "reports"), *argv]
+
+
+def run_option_child(repo: Path, case: BadOption, timeout_s: float = 60.0) -> tuple[bool, str]:
+    """Run one option case in a child process against ``repo``; (handled cleanly, why not)."""
+    with tempfile.TemporaryDirectory() as scratch:
+        tmp = Path(scratch)
+        argv = option_argv(case, tmp)
+        env = {**os.environ, "PYTHONPATH": str(repo), **(case.env(tmp) if case.env else {})}
+        try:
+            done = subprocess.run([sys.executable, "-m", "preflight", *argv], stdin=subprocess.DEVNULL,
+                                  capture_output=True, text=True, errors="replace", env=env, cwd=tmp,
+                                  timeout=timeout_s, preexec_fn=_limit_memory)
+        except subprocess.TimeoutExpired:
+            return False, f"still running after {timeout_s:.0f} s"
+    return _one_line(done, case.message)
+
+
+def _one_line(done: subprocess.CompletedProcess[str], message: str) -> tuple[bool, str]:
+    lines = [line for line in done.stderr.splitlines() if line.strip()]
+    if "Traceback" in done.stderr:
+        return False, f"traceback: {lines[-1] if lines else ''}"
+    if done.returncode != 2:
+        return False, f"exit code {done.returncode}"
+    if len(lines) != 1:
+        return False, f"{len(lines)} lines on stderr"
+    if message not in lines[0]:
+        return False, f"the line does not say {message!r}: {lines[0]}"
+    return True, lines[0]
+
+
 def every_case() -> list[tuple[BadInput, str]]:
     """(case, command) for every bad input and every command it applies to."""
     return [(case, command) for case in (*CASES, *RENDER_CASES) for command in case.commands]
@@ -322,6 +446,8 @@ def every_case() -> list[tuple[BadInput, str]]:  # noqa: F811 - wraps the one ab
 
 
 if __name__ == "__main__":
+    from tests.bad_runs import FAULT_CASES, run_fault
+
     repo = Path(sys.argv[1]).resolve() if len(sys.argv) > 1 else Path(__file__).resolve().parent.parent
     clean = 0
     cases = every_case()
@@ -329,4 +455,16 @@ if __name__ == "__main__":
         ok, why = run_child(repo, case, command)
         clean += ok
         print(f"{'ok ' if ok else 'BAD'} {command:9} {case.id:28} {why[:150]}")
-    print(f"{clean} of {len(cases)} bad inputs handled cleanly (exit 2, one line, no traceback) by {repo}")
+    for option in OPTION_CASES:
+        ok, why = run_option_child(repo, option)
+        clean += ok
+        print(f"{'ok ' if ok else 'BAD'} {'option':9} {option.id:28} {why[:150]}")
+    tried = len(cases) + len(OPTION_CASES)
+    with tempfile.TemporaryDirectory() as runs:
+        for fault in FAULT_CASES:
+            ok, why = run_fault(repo, fault, Path(runs))
+            clean += ok
+            tried += 1
+            print(f"{'ok ' if ok else 'BAD'} {'run':9} {fault.id:28} {why[:150]}")
+    print(f"{clean} of {tried} bad inputs and faults handled cleanly (a clear verdict, or exit 2 with one line; "
+          f"nothing lost, leaked or left) by {repo}")

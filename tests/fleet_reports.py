@@ -9,7 +9,7 @@ import json
 from functools import cache
 from typing import Any
 
-from preflight.outcome import Metric, Verdict, fail, passed, warn
+from preflight.outcome import Metric, RunVerdict, Verdict, fail, passed, warn
 from preflight.report.model import CheckResult, RunRecord, build_report
 
 
@@ -57,7 +57,7 @@ def make_report(host: str, checks: list[tuple[str, Verdict]], *, gpu_name: str |
         record.interrupted, record.interruption = True, interrupted
     verdict = record.verdict().value
     return build_report(record, node=node_facts(host, gpu_name, gpus), environment={},
-                        options={"profile": profile}, exit_code=1 if verdict == "NOT READY" else 0)
+                        options={"profile": profile}, exit_code=RunVerdict(verdict).exit_code())
 
 
 def busbw_check(value: float, run: str = "p2p", **more_runs: float) -> tuple[str, Verdict]:

@@ -1,7 +1,10 @@
-"""Bad input to ``topology``, ``nccl-log``, ``report`` and ``merge``: exit 2, one line, no traceback.
+"""Bad input and hostile runs: exit 2 with one line, or a clear verdict; nothing lost, leaked or left.
 
-The cases are in ``tests/bad_inputs.py``. FIFO and standard-input cases run in a child process
-under a deadline, so a regression that blocks on a FIFO fails the test instead of hanging the suite.
+The cases are in ``tests/bad_inputs.py`` (files for ``topology``, ``nccl-log``, ``report`` and
+``merge``; option values) and ``tests/bad_runs.py`` (whole runs). FIFO and standard-input cases run in
+a child process under a deadline, so a regression that blocks on a FIFO fails the test instead of
+hanging the suite; the runs are child processes, each started once per module and shared by the
+cases that assert on it.
 """
 
 from __future__ import annotations
@@ -9,7 +12,10 @@ from __future__ import annotations
 import codecs
 import io
 import json
+import os
+import signal
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import jsonschema
@@ -19,7 +25,20 @@ from preflight.cli import main
 from preflight.inputs import MAX_INPUT_BYTES, UnreadableInput, read_bytes, read_text
 from preflight.report.model import SCHEMA_VERSION
 from preflight.report.validate import SchemaError, first_problem, report_schema
-from tests.bad_inputs import CASES, BadInput, argv, every_case, good_report, prepare, run_child
+from tests.bad_inputs import (
+    CASES,
+    OPTION_CASES,
+    BadInput,
+    BadOption,
+    argv,
+    every_case,
+    good_report,
+    option_argv,
+    prepare,
+    run_child,
+    run_option_child,
+)
+from tests.bad_runs import FAULT_CASES, FaultCase, run_fault
 from tests.conftest import REPO_ROOT, SCHEMA_PATH, validate_report
 from tests.fleet_reports import busbw_check, hung_ddp, make_report
 
@@ -49,6 +68,66 @@ def test_refused_in_one_line_in_a_child(case: BadInput, command: str) -> None:
     ok, line = run_child(REPO_ROOT, case, command, timeout_s=60)
     assert ok, line
     assert case.message in line
+
+
+@pytest.fixture
+def deadline() -> Iterator[None]:
+    """A FIFO case must not block: SIGALRM after 20 s interrupts a blocking open or read (PEP 475 lets the
+    handler's exception through), so a regression fails here instead of hanging the suite."""
+    def expired(signum: int, frame: object) -> None:
+        raise TimeoutError("blocked for 20 s: a FIFO was opened or read")
+
+    previous = signal.signal(signal.SIGALRM, expired)
+    signal.alarm(20)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in OPTION_CASES])
+def test_a_bad_option_value_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch, deadline: None,
+                                                   case: BadOption) -> None:
+    for name, value in (case.env(tmp_path) if case.env else {}).items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.chdir(tmp_path)
+    assert main(option_argv(case, tmp_path)) == 2
+    captured = capsys.readouterr()
+    lines = captured.err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith("preflight: error: "), captured.err
+    assert case.message in lines[0] and "Traceback" not in captured.err
+    assert not (tmp_path / "reports" / "preflight.json").exists()
+
+
+@pytest.mark.subprocess
+def test_a_fifo_option_is_refused_in_a_child_too() -> None:
+    """One FIFO case as ``python -m tests.bad_inputs`` runs it: a child process under a deadline."""
+    ok, line = run_option_child(REPO_ROOT, next(c for c in OPTION_CASES if c.blocks), timeout_s=60)
+    assert ok, line
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One scratch folder for the module: each hostile run starts once and serves every case on it."""
+    return tmp_path_factory.mktemp("runs")
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in FAULT_CASES if c.run])
+def test_a_hostile_run_ends_in_a_clear_verdict(runs_dir: Path, case: FaultCase) -> None:
+    missing = case.needs()
+    if missing is not None:
+        pytest.skip(missing)
+    ok, why = run_fault(REPO_ROOT, case, runs_dir)
+    assert ok, why
+
+
+@pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in FAULT_CASES if not c.run])
+def test_a_fault_judged_in_process(tmp_path: Path, case: FaultCase) -> None:
+    ok, why = run_fault(REPO_ROOT, case, tmp_path)
+    assert ok, why
 
 
 def test_the_bad_report_cases_are_bad_for_jsonschema_too(tmp_path: Path) -> None:
@@ -249,3 +328,24 @@ def test_stdin_without_a_buffer_and_closed_stdin(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(sys, "stdin", closed)
     with pytest.raises(UnreadableInput, match="cannot read standard input"):
         read_text("-")
+
+
+# -- what the option cases rest on -------------------------------------------------------------------------
+
+
+def test_yaml_is_told_apart_from_json_configs() -> None:
+    """The YAML hint fires on YAML only: none of the JSON configs of tests/data/ds_config is called YAML."""
+    from preflight.parse.ds_config import looks_like_yaml
+
+    configs = sorted((REPO_ROOT / "tests" / "data" / "ds_config").glob("*.json"))
+    assert configs and not any(looks_like_yaml(path.read_text()) for path in configs)
+    assert looks_like_yaml("# DeepSpeed\n---\nzero_optimization:\n  stage: 3\n")
+    assert looks_like_yaml("train_batch_size: 32\n") and not looks_like_yaml('{"train_batch_size": 32}')
+    assert not looks_like_yaml("train_batch_size 32\n")  # not JSON either, but not YAML: the JSON error stands
+
+
+def test_text_that_is_not_utf8_is_written_escaped() -> None:
+    from preflight.report.writer import printable
+
+    raw = os.fsdecode(b"/tmp/caf\xe9")
+    assert printable({"argv": [raw, "ok"], raw: 1}) == {"argv": ["/tmp/caf\\xe9", "ok"], "/tmp/caf\\xe9": 1}

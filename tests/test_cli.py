@@ -12,6 +12,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, validate_report
 
 pytestmark = pytest.mark.subprocess
@@ -119,7 +120,7 @@ def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing
     validate_report(report)
     ddp = next(c for c in report["checks"] if c["name"] == "test_ddp_step")
     assert ddp["code"] == "DDP_RANK_HUNG" and "rank 1 got the least far" in ddp["summary"]
-    rank_pids = [json.loads(p.read_text())["pid"] for p in (out / "logs" / "rehearsal").glob("rank*.pid")]
+    rank_pids = [json.loads(p.read_text())["pid"] for p in (out / LOGS / "rehearsal").glob("rank*.pid")]
     assert len(rank_pids) == 2
     alive = [pid for pid in rank_pids if psutil.pid_exists(pid) and psutil.Process(pid).status() != psutil.STATUS_ZOMBIE]
     assert not alive, f"worker processes left running: {alive}"

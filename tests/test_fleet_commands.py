@@ -123,7 +123,7 @@ def test_merge_writes_one_row_per_node_and_flags_the_slow_node(fleet_dir, capsys
     assert merge.main([*inputs, "--out", str(out)]) == 1
     fleet = json.loads((out / "fleet.json").read_text())
     assert [n["name"] for n in fleet["nodes"]] == ["h1", "h2", "h3", "h4", "h5", "a1", "a2"]
-    assert fleet["verdicts"] == {"READY": 5, "DEGRADED": 1, "NOT READY": 1}
+    assert fleet["verdicts"] == {"READY": 5, "DEGRADED": 1, "NOT READY": 1, "ERROR": 0}
     assert fleet["not_ready"] == ["h5"] and fleet["suspect"] == ["h4"]
     h4 = next(n for n in fleet["nodes"] if n["name"] == "h4")
     assert h4["verdict"] == "READY" and h4["bandwidth_outlier_in"] == ["busbw_peak[run=p2p]"]

@@ -23,6 +23,7 @@ import pytest
 from preflight.judge.strategies import FSDP2_CPU_MIN_TORCH
 from preflight.node import Node, cpu_job
 from preflight.node.transports import Transports
+from preflight.report.ownership import LOGS
 from preflight.workers.fsdp import CPU_MIN_TORCH, cpu_ranks_unsupported
 from tests.conftest import REPO_ROOT, validate_report
 from tests.fakes.fake_torch import cuda_answer, torch_runner
@@ -115,7 +116,7 @@ def test_a_launch_planned_for_gpus_torch_cannot_use_is_stopped_and_the_checks_sa
     ddp = next(c for c in report["checks"] if c["name"] == "test_ddp_step")
     assert ddp["status"] == "SKIP" and "no NVIDIA GPU for the job" in ddp["summary"], (ddp, done.stdout[-2000:])
     assert report["node"]["job"]["on_gpu"] is False
-    assert (tmp_path / "logs" / "rehearsal" / "torchrun.log").exists(), "the NVML-planned launch had started"
+    assert (tmp_path / LOGS / "rehearsal" / "torchrun.log").exists(), "the NVML-planned launch had started"
     left = [p for p in psutil.process_iter(["cmdline"]) if str(tmp_path) in " ".join(p.info["cmdline"] or [])]
     assert not left, left
 

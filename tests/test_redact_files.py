@@ -51,8 +51,11 @@ def test_secrets_go_and_everything_else_stays(tmp_path: Path) -> None:
     assert redact_files(run) == []  # idempotent
 
 
-def test_binary_files_and_links_are_left_alone(tmp_path: Path) -> None:
+def test_binary_files_are_scrubbed_and_links_left_alone(tmp_path: Path) -> None:
+    """A rank log with one NUL byte (a progress bar, a C extension's stray write) is scrubbed like any other:
+    issue 25 found an HF token left in such a ``rank0.log``."""
     run = _launch_dir(tmp_path)
+    (run / "rank1.log").write_bytes(b"step 1\0\r\x1b[2K HF_TOKEN=" + planted.HF_TOKEN.encode() + b"\n\xff\0end\n")
     shard = run / "checkpoint" / "__0_0.distcp"
     shard.parent.mkdir()
     shard.write_bytes(b"\0\x01" + planted.GITHUB_TOKEN.encode())
@@ -66,7 +69,8 @@ def test_binary_files_and_links_are_left_alone(tmp_path: Path) -> None:
     (run / ".import").mkdir()
     (run / ".import" / "preflight").symlink_to(package, target_is_directory=True)
     redact_files(run)
-    assert shard.read_bytes() == b"\0\x01" + planted.GITHUB_TOKEN.encode()
+    assert (run / "rank1.log").read_bytes() == b"step 1\0\r\x1b[2K HF_TOKEN=hf_[REDACTED]\n\xff\0end\n"
+    assert shard.read_bytes() == b"\0\x01ghp_[REDACTED]"  # scratch of a launch: no secret survives in it either
     assert outside.read_text() == f"token {planted.GITHUB_TOKEN}" and _mode(outside) == 0o644
     assert (package / "source.py").read_text() == f'TOKEN = "{planted.GITHUB_TOKEN}"\n'
     assert _mode(shard.parent) == 0o700
@@ -77,12 +81,25 @@ def test_a_file_whose_scrubbed_copy_cannot_be_written_is_removed(tmp_path: Path,
     """A full disk must not leave the raw secrets behind: the file goes, its text is lost."""
     run = _launch_dir(tmp_path)
 
-    def full(path: Path, data: bytes) -> None:
+    def full(out: object, data: bytes) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(redact, "write_bytes_atomic", full)
+    monkeypatch.setattr(redact, "_write_block", full)
     redact_files(run)
-    assert sorted(p.name for p in run.iterdir()) == ["rank0.pid"]
+    assert sorted(p.name for p in run.iterdir()) == ["rank0.pid"]  # no temporary copy left either
+
+
+def test_a_block_never_cuts_a_secret(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Blocks end at a line end, or a blank, and never inside a private key block: a 64-byte block still
+    scrubs a token on a long line and a PEM key spread over many lines."""
+    monkeypatch.setattr(redact, "BLOCK_BYTES", 64)
+    key = "-----BEGIN PRIVATE KEY-----\n" + "".join("A" * 60 + "\n" for _ in range(3)) + "-----END PRIVATE KEY-----\n"
+    path = tmp_path / "rank0.log"
+    text = "x" * 50 + " " + "y" * 40 + f" HF_TOKEN={planted.HF_TOKEN} done\n" + key + "NCCL INFO ok\n"
+    path.write_text(text)
+    assert redact.redact_file(path)
+    assert path.read_text() == redact.redact_text(text)
+    assert planted.HF_TOKEN not in path.read_text() and "AAAA" not in path.read_text()
 
 
 def test_private_tree_keeps_the_root_and_the_kept_file(tmp_path: Path) -> None:

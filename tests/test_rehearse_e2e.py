@@ -22,6 +22,7 @@ from preflight.judge.rehearse import judge_size, scaling_rows
 from preflight.outcome import Status, Verdict
 from preflight.rehearse import beat as beats
 from preflight.rehearse.facts import SizeRun, size_figures
+from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, TEST_DATA, validate_report
 
 pytestmark = pytest.mark.subprocess
@@ -64,7 +65,7 @@ def _ours(proc: psutil.Process, cwd: Path, pids: set[int]) -> bool:
 
 def assert_nothing_left(cwd: Path) -> None:
     """No torchrun, rank or child of a rank that ran in ``cwd`` is still alive."""
-    pids = {int(json.loads(p.read_text())["pid"]) for p in cwd.glob(f"{REPORTS}/logs/*/rank*.pid")}
+    pids = {int(json.loads(p.read_text())["pid"]) for p in cwd.glob(f"{REPORTS}/{LOGS}/*/rank*.pid")}
     until = time.monotonic() + LEFTOVER_WAIT_S
     while True:
         alive = [p for p in psutil.process_iter() if p.pid != os.getpid() and _ours(p, cwd, pids)]
@@ -109,7 +110,7 @@ def test_a_seed_style_ddp_script_on_one_and_two_gloo_ranks(tmp_path):
     junit = (tmp_path / REPORTS / "preflight-junit.xml").read_text()
     assert "test_rehearsal_size" in junit and "test_rehearsal_scaling" in junit
     assert (tmp_path / "ckpt.pt").exists()  # the script ran in the working directory, with its arguments
-    logs = tmp_path / REPORTS / "logs"
+    logs = tmp_path / REPORTS / LOGS
     assert (logs / "rehearse-2ranks" / "rank0.log").exists() and (logs / "rehearse-2ranks" / "rank1.log").exists()
     assert_nothing_left(tmp_path)
 
@@ -211,7 +212,7 @@ def test_sigkill_of_preflight_leaves_no_rank_behind(tmp_path):
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "rehearse", "--nproc", "2", *SHORT, "--timeout", "300",
                              "--", SEED, "--no-step", "--epochs", "100000000"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    run_dir = tmp_path / REPORTS / "logs" / "rehearse-2ranks"
+    run_dir = tmp_path / REPORTS / LOGS / "rehearse-2ranks"
     until = time.monotonic() + 180
 
     def started(rank: int) -> bool:
@@ -248,7 +249,7 @@ def test_a_hostile_script_is_cleaned_up_after_and_loses_nothing(tmp_path):
     assert "rank 0 printed 67 MB" in one["summary"]
     assert "fork of a rank" in one["evidence"]["processes stopped when the launch ended"]
     assert size(report, 1)["stopped"] and size(report, 1)["steps_reached"][0] > 5
-    log = tmp_path / REPORTS / "logs" / "rehearse-1ranks" / "rank0.log"
+    log = tmp_path / REPORTS / LOGS / "rehearse-1ranks" / "rank0.log"
     assert log.stat().st_size < 17 * 2**20 and log.stat().st_mode & 0o777 == 0o600
     assert log.parent.stat().st_mode & 0o777 == 0o700
     assert_nothing_left(tmp_path)

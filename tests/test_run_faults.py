@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 
+from preflight.report.ownership import LOGS, logs_dir
 from tests.conftest import REPO_ROOT, validate_report
 
 pytestmark = pytest.mark.subprocess
@@ -60,7 +61,7 @@ def _wait(condition: object, limit_s: float, what: str) -> None:
 
 
 def _rank_in_phase(report_dir: Path, phase: str) -> bool:
-    for path in (report_dir / "logs" / "rehearsal").glob("rank*.progress"):
+    for path in (report_dir / LOGS / "rehearsal").glob("rank*.progress"):
         try:
             if json.loads(path.read_text())["phase"] == phase:
                 return True
@@ -140,8 +141,8 @@ def test_a_killed_run_leaves_none_of_the_previous_runs_reports(tmp_path: Path) -
     for name, text in (("preflight.json", '{"verdict": "READY"}'), ("preflight.html", "READY"),
                        ("preflight-junit.xml", "<testsuites/>"), ("preflight.jsonl", "{}\n")):
         (out / name).write_text(text)
-    (out / "logs" / "ddp").mkdir(parents=True)
-    (out / "logs" / "ddp" / "rank0.json").write_text("{}")
+    (logs_dir(out) / "ddp").mkdir()  # an earlier run's launch folder, in preflight's own marked folder
+    (out / LOGS / "ddp" / "rank0.json").write_text("{}")
     run = "killed-beside-old"
     proc = _start(run, ["--report-dir", str(out), *HANG], {"PREFLIGHT_TEST_FAULT": "hang:1"})
     try:
@@ -152,7 +153,7 @@ def test_a_killed_run_leaves_none_of_the_previous_runs_reports(tmp_path: Path) -
         for p in _tagged(run):
             p.kill()
     assert not (out / "preflight.json").exists() and not (out / "preflight.html").exists()
-    assert not (out / "preflight-junit.xml").exists() and not (out / "logs" / "ddp").exists()
+    assert not (out / "preflight-junit.xml").exists() and not (out / LOGS / "ddp").exists()
     lines = (out / "preflight.jsonl").read_text().splitlines()
     assert all(json.loads(line) for line in lines)  # this run's own, whole lines
 

@@ -24,6 +24,7 @@ import pytest
 
 from preflight import cli
 from preflight.plugin import all_options
+from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, as_foreground_job, validate_report
 from tests.fakes import planted
 
@@ -132,7 +133,7 @@ def test_no_planted_secret_in_any_other_file(leaky_run: dict[str, Any]) -> None:
 def test_rank_logs_and_error_files_are_scrubbed_not_lost(_runs: dict[str, dict[str, Any]],
                                                          tmp_path_factory: pytest.TempPathFactory) -> None:
     """The ranks wrote the secrets raw (tests/workers/planted.py); what is left says where they were."""
-    logs = _run_once(_runs, "rank-leak", tmp_path_factory)["out"] / "logs" / "rehearsal"
+    logs = _run_once(_runs, "rank-leak", tmp_path_factory)["out"] / LOGS / "rehearsal"
     for rank in (0, 1):
         log = (logs / f"rank{rank}.log").read_text()
         assert f"rank {rank} could not download https://deploy:[REDACTED]@artifacts.example/simple with token " \
@@ -307,7 +308,7 @@ POINTS: dict[str, tuple[str, set[str], set[str]]] = {
 def _ranks_in_phase(report_dir: Path, phase: str) -> int:
     """Ranks of the rehearsal launch whose progress says they are in ``phase``."""
     found = 0
-    for path in (report_dir / "logs" / "rehearsal").glob("rank*.progress"):
+    for path in (report_dir / LOGS / "rehearsal").glob("rank*.progress"):
         try:
             found += json.loads(path.read_text())["phase"] == phase
         except (OSError, ValueError, KeyError):

@@ -16,6 +16,7 @@ import pytest
 import torch
 
 from preflight.locations import checks_dir
+from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, validate_report
 
 pytestmark = pytest.mark.subprocess
@@ -74,7 +75,7 @@ def test_all_strategies_run_for_real_zero_included(tmp_path):
     assert ops["status"] == "PASS" and "fused_adam (CPU, c++)" in ops["summary"], ops["summary"]
     assert {m["labels"].get("op") for m in ops["metrics"] if m["name"] == "op_load_time"} == {
         "deepspeed_shm_comm", "fused_adam"}
-    shared = tmp_path / "reports" / "logs" / "cpu-info.json"  # py-cpuinfo asked by the build, read by the ranks
+    shared = tmp_path / "reports" / LOGS / "cpu-info.json"  # py-cpuinfo asked by the build, read by the ranks
     assert json.loads(shared.read_text()).get("arch"), shared
     for stage in ("zero1", "zero2", "zero3"):
         zero = checks[f"test_strategy_step[{stage}]"]

@@ -8,6 +8,7 @@ import pytest
 
 from preflight.fixtures import strategies as module
 from preflight.fixtures.strategies import StrategySelection, parse_strategies, selected_strategies, strategy_option
+from preflight.report.ownership import LOGS, OWNED_MARK
 
 
 @pytest.mark.parametrize(
@@ -78,4 +79,4 @@ def test_the_check_skips_unselected_and_unavailable_strategies_without_launching
     text = result.stdout.str()
     assert "strategy fsdp not selected (--strategy selects ddp, zero2)" in text
     assert "ZeRO-2 is not rehearsed in the quick profile" in text
-    assert not (out / "logs").exists()  # nothing was launched
+    assert [p.name for p in (out / LOGS).iterdir()] == [OWNED_MARK]  # nothing was launched

@@ -193,6 +193,18 @@ CODES = (
          "The run was interrupted (Ctrl-C, a signal) before every check ran; shown in the one-line status.",
          "The checks that did not run say nothing about the node.",
          "Run preflight again to the end.", kind=Kind.BLOCKER),
+    Code("NO_CHECK_FINISHED",
+         "The run ended without one check finished (preflight or a plugin crashed first, e.g. on a cache "
+         "location it cannot write): the run verdict is ERROR, exit code 2.",
+         "Nothing about the node was judged: it is neither ready nor known to be broken.",
+         "Read run.error in the report (the cause and its traceback), fix it (a writable HOME or "
+         "PREFLIGHT_TORCH_EXTENSIONS_DIR, a working plugin) and run preflight again.", kind=Kind.BLOCKER),
+    Code("RUN_INTERNAL_ERROR",
+         "preflight or a plugin crashed after some checks had finished, before it found a failure: the run "
+         "verdict is ERROR, exit code 2 (a failure found first keeps the verdict NOT READY).",
+         "The checks that did not run judged nothing, so the node is not called ready.",
+         "Read run.error in the report (the cause and its traceback), fix it and run preflight again; report it "
+         "with the JSON report attached when it is preflight's own fault.", kind=Kind.BLOCKER),
     Code("CHECK_ERROR",
          "A check could not decide: a probe failed or did not answer (the summary says which).",
          "Something the job depends on is unknown, so the node is not called ready.",

@@ -5,7 +5,8 @@ checks failed where, and the bandwidth spread across nodes of the same GPU kind 
 flagged (rule in ``preflight.report.fleet``). Each report is checked against the shipped schema
 first; one that cannot be read is named on stderr, listed under ``skipped`` in fleet.json, and left
 out. Exit code 0 when every node read is READY or DEGRADED and none is a bandwidth outlier, 1
-otherwise, 2 when no report could be read.
+otherwise (a node NOT READY, one whose run could not judge it (ERROR), an outlier), 2 when no report
+could be read.
 """
 
 from __future__ import annotations
@@ -59,13 +60,13 @@ def main(argv: list[str]) -> int:
         write_atomic(html_path, render_fleet_html(fleet))
     except OSError as exc:
         raise UsageError(f"cannot write the fleet report to {args.out}: {exc.strerror or exc}") from None
-    counts = ", ".join(f"{n} {v}" for v, n in fleet["verdicts"].items())
+    counts = ", ".join(f"{n} {v}" for v, n in fleet["verdicts"].items() if n or v != "ERROR")  # ERROR: when seen
     outliers = fleet["suspect"]
     suspect = f", {len(outliers)} bandwidth outlier(s): {', '.join(outliers)}" if outliers else ""
     unread = f" ({len(skipped)} unreadable report(s) skipped)" if skipped else ""
     print(f"fleet: {len(names)} nodes: {counts}{suspect}{unread}")
     print(f"reports: {json_path}, {html_path}")
-    return EXIT_NOT_READY if fleet["not_ready"] or fleet["suspect"] else EXIT_OK
+    return EXIT_NOT_READY if fleet["not_ready"] or fleet["not_judged"] or fleet["suspect"] else EXIT_OK
 
 
 def _hostname(report: dict[str, Any], path: str) -> str:

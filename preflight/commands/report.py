@@ -3,11 +3,11 @@
 For a support engineer who received only ``preflight.json``: writes the HTML the run would have
 written (default: beside the JSON, ``.html`` instead of ``.json``) and says the verdict as the run
 said it (``READY (CPU rehearsal)``, the selection of a partial run). ``--oneline`` prints the run's
-status in at most 80 characters instead. Either way it exits like the run did (the run's own exit code,
-``--strict`` included; else 0 ready or degraded, 1 not ready), which is what a health daemon or a
-script reading the last report needs. ``-`` reads the report from stdin. A file that is not a
-preflight report (checked against the shipped schema first), or one of an unknown schema version, is
-refused in one line with exit code 2.
+status in at most 80 characters instead. Either way it exits like the run did (by the run's verdict:
+0 ready or degraded, 1 not ready or degraded under ``--strict``, 2 when the run could not judge the
+node), which is what a health daemon or a script reading the last report needs. ``-`` reads the
+report from stdin. A file that is not a preflight report (checked against the shipped schema
+first), or one of an unknown schema version, is refused in one line with exit code 2.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ import jinja2
 from preflight.errors import EXIT_NOT_READY, EXIT_OK, UsageError
 from preflight.inputs import STDIN, shown
 from preflight.options import UsageParser
+from preflight.outcome import RunVerdict
 from preflight.report.html import render_html
 from preflight.report.model import headline
 from preflight.report.oneline import format_oneline
@@ -35,16 +36,18 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--out", type=Path, metavar="FILE", help="HTML file to write (default: REPORT.html beside it)")
     parser.add_argument("--oneline", action="store_true", help="print the status in at most 80 characters instead of "
                         "writing HTML")
-    parser.epilog = "Exits with the run's exit code (0 ready or degraded, 1 not ready or degraded with --strict)."
+    parser.epilog = ("Exits with the run's exit code (0 ready or degraded, 1 not ready or degraded with --strict, "
+                     "2 not judged).")
     return parser
 
 
 def exit_code(report: dict[str, Any]) -> int:
-    """The exit code the run had (``run.exit_code``), or the verdict's when the report does not say."""
-    recorded = (report.get("run") or {}).get("exit_code")
-    if isinstance(recorded, int) and not isinstance(recorded, bool):
-        return recorded
-    return EXIT_NOT_READY if report.get("verdict") == "NOT READY" else EXIT_OK
+    """The run's exit code as its verdict gives it (a hand-edited ``exit_code`` does not turn NOT READY or
+    ERROR into 0); DEGRADED keeps the run's own (1 when it ran with --strict)."""
+    verdict = RunVerdict(report["verdict"])
+    if verdict is RunVerdict.DEGRADED:
+        return EXIT_NOT_READY if report["run"].get("exit_code") == EXIT_NOT_READY else EXIT_OK
+    return verdict.exit_code()
 
 
 def main(argv: list[str]) -> int:

@@ -26,14 +26,21 @@ _VALUE_OPTIONS = (
 )
 
 
+MAX_GPUS = 65536
+"""The largest job the table plans for (a 100k-GPU cluster is not one ZeRO group); the table holds one
+entry per GPU, so ``--gpus 10000000`` once took over 1 GB."""
+
+
 def _gpu_count(text: str) -> int:
-    """A whole number of GPUs, at least one (the message names the GPU count)."""
+    """A whole number of GPUs, 1 to :data:`MAX_GPUS` (the message names the GPU count)."""
     try:
-        value = int(text)
+        value = int(text) if len(text) <= 30 else int("x")
     except ValueError:
-        raise ValueError(f"GPU count {text!r} is not a whole number") from None
+        raise ValueError(f"GPU count {text[:40]!r} is not a whole number") from None
     if value < 1:
         raise ValueError(f"GPU count must be at least 1, got {value}")
+    if value > MAX_GPUS:
+        raise ValueError(f"GPU count must be at most {MAX_GPUS} (one job's ranks), got {value}")
     return value
 
 

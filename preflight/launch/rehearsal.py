@@ -16,7 +16,6 @@ directory's ``logs/``.
 
 from __future__ import annotations
 
-import shutil
 import sys
 import threading
 import time
@@ -28,6 +27,7 @@ from typing import Protocol
 from preflight.launch.outcome import FINISHED, NOT_RUN, LaunchResult, PhaseResult, RankOutcome
 from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import LaunchStatus, RunningLaunch, start
+from preflight.report.ownership import mark_owned, remove_if_owned
 from preflight.report.writer import PRIVATE_DIR_MODE
 from preflight.workers.common import result_name
 
@@ -110,9 +110,10 @@ class Rehearsal:
                                                               _deadline_note(self.budget, deadline)))
             return None
         run_dir = self.logs_dir / name
-        shutil.rmtree(run_dir, ignore_errors=True)
+        remove_if_owned(run_dir)  # an earlier run's launch folder, only inside preflight's own folder
         for private in (self.logs_dir, run_dir):  # the ranks' raw output is the user's alone
             private.mkdir(mode=PRIVATE_DIR_MODE, parents=True, exist_ok=True)
+        mark_owned(run_dir)
         launch = start(plan, run_dir=run_dir, deadline_s=deadline, cut_reason=reason, python=self.python)
         if self._gate_open:
             launch.open_gate()

@@ -11,10 +11,13 @@ that is what this parser accepts: a file that is not JSON, or names a key twice,
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from preflight.inputs import UnreadableInput, read_bytes, shown
 
 AUTO = "auto"
 MAX_CONFIG_BYTES = 4 * 2**20
@@ -86,6 +89,20 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return seen
 
 
+_YAML_KEY = re.compile(r"[A-Za-z_][\w.-]*[ \t]*:(?:[ \t]|$)")
+
+
+def looks_like_yaml(text: str) -> bool:
+    """True when the first line that says something is a YAML document start or a bare ``key: value`` line
+    (JSON starts with ``{``): a config written for a YAML-reading launcher, handed to DeepSpeed."""
+    for line in text.splitlines():
+        stripped = line.strip()
+        if not stripped or stripped.startswith("#"):
+            continue
+        return stripped == "---" or stripped.startswith("--- ") or bool(_YAML_KEY.match(stripped))
+    return False
+
+
 def parse_ds_config(text: str, source: str = "<config>") -> DsConfig:
     """Parse JSON text into a :class:`DsConfig`; raises :class:`DsConfigError` with one line."""
     try:
@@ -93,6 +110,12 @@ def parse_ds_config(text: str, source: str = "<config>") -> DsConfig:
     except DsConfigError as exc:
         raise DsConfigError(f"DeepSpeed config {source}: {exc}") from None
     except json.JSONDecodeError as exc:
+        if looks_like_yaml(text):
+            raise DsConfigError(
+                f"DeepSpeed config {source} looks like YAML, not JSON: DeepSpeed reads JSON (its hjson reader turns "
+                "nested YAML into strings) and the Hugging Face Trainer JSON only; convert it, e.g. python -c "
+                "'import json,sys,yaml; json.dump(yaml.safe_load(open(sys.argv[1])), sys.stdout, indent=2)' "
+                f"{source} > ds_config.json") from None
         raise DsConfigError(
             f"DeepSpeed config {source} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}"
         ) from None
@@ -106,17 +129,13 @@ def parse_ds_config(text: str, source: str = "<config>") -> DsConfig:
 def read_ds_config(path: str | Path) -> DsConfig:
     """Read and parse a config file; a missing, unreadable or oversized file is a :class:`DsConfigError`."""
     where = Path(path).expanduser()
+    name = f"DeepSpeed config {shown(str(where))}"
+    try:  # a regular file only (a FIFO, a device, /dev/zero refused without waiting), at most 4 MiB
+        data = read_bytes(str(where), limit=MAX_CONFIG_BYTES, what=name)
+    except UnreadableInput as exc:
+        raise DsConfigError(str(exc)) from None
     try:
-        if where.is_dir():
-            raise DsConfigError(f"DeepSpeed config {where} is a directory, not a file")
-        size = where.stat().st_size
-        if size > MAX_CONFIG_BYTES:
-            raise DsConfigError(f"DeepSpeed config {where} is {size} bytes: too large to be a DeepSpeed config")
-        text = where.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise DsConfigError(f"DeepSpeed config {where} does not exist") from None
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
-        raise DsConfigError(f"DeepSpeed config {where} is not UTF-8 text") from None
-    except OSError as exc:
-        raise DsConfigError(f"cannot read DeepSpeed config {where}: {exc.strerror or exc}") from None
-    return parse_ds_config(text, str(where))
+        raise DsConfigError(f"{name} is not UTF-8 text") from None
+    return parse_ds_config(text, shown(str(where)))

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from preflight.locations import cache_folder
 from preflight.probe.command import CommandRunner, run_command
 
 EXTENSIONS_DIR_ENV = "PREFLIGHT_TORCH_EXTENSIONS_DIR"
@@ -59,12 +60,14 @@ _BOOT = ("import runpy, sys; sys.path[:] = [p for p in sys.path[1:] if p not in 
 
 def extensions_root(env: Mapping[str, str] | None = None) -> Path:
     """``$PREFLIGHT_TORCH_EXTENSIONS_DIR``, else ``$XDG_CACHE_HOME/preflight/torch_extensions`` (default
-    ``~/.cache/preflight/torch_extensions``): never the user's own ``~/.cache/torch_extensions``."""
+    ``~/.cache/preflight/torch_extensions``): never the user's own ``~/.cache/torch_extensions``. A default
+    that cannot be written (a read-only HOME, HOME a file) is replaced by ``<tmp>/preflight-<uid>/
+    torch_extensions`` (``locations.cache_folder``; the ranks reach the same answer from the same environment)."""
     env = os.environ if env is None else env
     if env.get(EXTENSIONS_DIR_ENV):
         return Path(env[EXTENSIONS_DIR_ENV]).expanduser()
     cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
-    return Path(cache) / "preflight" / "torch_extensions"
+    return cache_folder(Path(cache) / "preflight" / "torch_extensions", "torch_extensions")
 
 
 @dataclass(frozen=True, slots=True)

@@ -132,26 +132,34 @@ def training_processes(processes: Sequence[ProcessInfo], own_pid: int | None = N
     """Processes that look like training runs, excluding ourselves, our ancestors and children."""
     own = os.getpid() if own_pid is None else own_pid
     excluded = {own} | {p.pid for p in ancestors(own, processes)} | descendants(own, processes)
+    preflight_runs: set[int] = set()  # another preflight (a run or a rehearse) and all it started
+    for proc in processes:
+        if proc.pid not in excluded and classify(proc) == PREFLIGHT_RUN:
+            preflight_runs |= {proc.pid} | descendants(proc.pid, processes)
     found: list[TrainingProcess] = []
     for proc in processes:
         if proc.pid in excluded:
             continue
         reason = classify(proc)
         if reason:
-            found.append(TrainingProcess(proc, reason))
+            found.append(TrainingProcess(proc, PREFLIGHT_RUN if proc.pid in preflight_runs else reason))
     return found
 
 
 PREFLIGHT_RUN = "preflight run"
+_REHEARSE_BOOTSTRAP = os.path.join("preflight", "rehearse", "bootstrap.py")
+"""What `preflight rehearse`'s torchrun and ranks run (`launch_script` of `rehearse/bootstrap.py`)."""
 
 
 def classify(proc: ProcessInfo) -> str | None:
     """Why ``proc`` looks like a training job (launcher, nccl-tests, train script), or None.
-    Another preflight's launch (its torchrun and ranks run ``preflight.workers.rehearsal``) is
-    :data:`PREFLIGHT_RUN`: a run in progress, not a leftover."""
+    Another preflight's launch (its torchrun and ranks run ``preflight.workers.rehearsal``, or
+    ``preflight rehearse``'s bootstrap) is :data:`PREFLIGHT_RUN`: a run in progress, not a leftover;
+    :func:`training_processes` calls everything such a run started one too (the user's script under it)."""
     argv = proc.cmdline
     program = os.path.basename(argv[0]) if argv else proc.name
-    if "preflight.workers.rehearsal" in argv or program == "preflight" or argv[1:3] == ("-m", "preflight"):
+    if "preflight.workers.rehearsal" in argv or program == "preflight" or argv[1:3] == ("-m", "preflight") or \
+            any(arg.endswith(_REHEARSE_BOOTSTRAP) for arg in argv):  # a `preflight rehearse` launch and its ranks
         return PREFLIGHT_RUN
     if (program in _LAUNCHER_NAMES or proc.name in _LAUNCHER_NAMES) and (
         program != "accelerate" or "launch" in argv[1:2]

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from preflight.inputs import UnreadableInput, not_a_file, read_bytes
 from preflight.parse.script_imports import MAX_MODULES, neighbour_files
 from preflight.probe.command import CommandRunner
 
@@ -59,16 +60,14 @@ def resolve(path: str, cwd: Path | None = None) -> Path:
 def read_script(path: str, cwd: Path | None = None) -> ScriptSource:
     """The script's text (UTF-8, as Python reads source by default)."""
     where = resolve(path, cwd)
+    problem = not_a_file(str(where))  # a FIFO, a device (/dev/zero), a directory: never opened
+    if problem is not None:
+        return ScriptSource(str(where), problem != "does not exist", None, problem)
     try:
-        if not where.exists():
-            return ScriptSource(str(where), False, None, "does not exist")
-        if where.is_dir():
-            return ScriptSource(str(where), True, None, "is a directory")
-        if where.stat().st_size > MAX_SCRIPT_BYTES:
-            return ScriptSource(str(where), True, None, "is too large to be a training script")
-        return ScriptSource(str(where), True, where.read_text(encoding="utf-8", errors="replace"))
-    except OSError as exc:
-        return ScriptSource(str(where), where.exists(), None, exc.strerror or str(exc))
+        data = read_bytes(str(where), limit=MAX_SCRIPT_BYTES, what="the script")
+    except UnreadableInput as exc:
+        return ScriptSource(str(where), True, None, str(exc).removeprefix("the script "))
+    return ScriptSource(str(where), True, data.decode("utf-8", errors="replace"))
 
 
 def read_program(path: str, cwd: Path | None = None) -> ScriptSource:

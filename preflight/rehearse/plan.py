@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from preflight.errors import UsageError
-from preflight.inputs import read_text
+from preflight.inputs import not_a_file, read_bytes, shown
 
 DEFAULT_WARMUP = 5
 DEFAULT_STEPS = 50
@@ -196,9 +196,12 @@ def check_script(text: str, cwd: Path) -> Path:
     """The script as an absolute path; missing or a directory is a usage error."""
     path = (cwd / text).resolve() if not os.path.isabs(text) else Path(text)
     if path.is_dir():
-        raise UsageError(f"{text} is a directory, not a script")
-    if not path.is_file():
-        raise UsageError(f"script not found: {text}")
+        raise UsageError(f"{shown(text)} is a directory, not a script")
+    problem = not_a_file(str(path))  # a FIFO or a device is never opened
+    if problem == "does not exist":
+        raise UsageError(f"script not found: {shown(text)}")
+    if problem is not None:
+        raise UsageError(f"script {shown(text)} {problem}")
     return path
 
 
@@ -253,16 +256,13 @@ def check_sizes(sizes: Sequence[int], gpus: int, cpu_cores: int) -> None:
 
 
 def busbw_from_report(path: Path) -> tuple[float, str]:
-    """The peak all-reduce busbw a preflight report measured, and where it came from (read bounded, from a
-    regular file only: ``preflight.inputs``)."""
-    if not path.exists():
-        raise UsageError(f"cannot read --from-report {path}: No such file or directory")
-    try:
-        report = json.loads(read_text(str(path)))
-    except UsageError as exc:
-        raise UsageError(f"cannot read --from-report {path}: {exc}") from None
+    """The peak all-reduce busbw a preflight report measured, and where it came from."""
+    try:  # a regular file only, bounded: /dev/zero or a FIFO is refused without waiting (preflight.inputs)
+        report = json.loads(read_bytes(str(path), what=f"--from-report {shown(str(path))}"))
     except ValueError:
-        raise UsageError(f"--from-report {path} is not a JSON report") from None
+        raise UsageError(f"--from-report {shown(str(path))} is not a JSON report") from None
+    except RecursionError:
+        raise UsageError(f"--from-report {shown(str(path))} is nested too deeply to be a report") from None
     as_is: list[tuple[float, str]] = []  # the bandwidth check's own figure: the node as the job finds it
     other: list[tuple[float, str]] = []
     for check in report.get("checks", []) if isinstance(report, dict) else []:

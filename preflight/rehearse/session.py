@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 import threading
 import time
 from collections.abc import Callable
@@ -39,6 +38,7 @@ from preflight.rehearse.table import table_view, terminal_lines
 from preflight.rehearse.watch import BeatWatch, capacity_for
 from preflight.plugin import COLLECTOR_KEY
 from preflight.report.facts import add_section, gathered_sections
+from preflight.report.ownership import LOGS, remove_if_owned
 from preflight.report.redact import redact_obj
 from preflight.report.terminal import LIVE_STATUS_KEY, SUMMARY_LINES_KEY
 from preflight.workers.rank_log import private_dirs
@@ -75,7 +75,7 @@ def launch_size(plan: RehearsalPlan, nproc: int, run_dir: Path,
                 on_watch: Callable[[BeatWatch], None] | None = None) -> SizeRun:
     """One torchrun launch of the script on ``nproc`` ranks, as the job's own would be, in the job's
     interpreter. ``on_watch(watch)`` learns the launch's beat watch (the live line reads it)."""
-    shutil.rmtree(run_dir, ignore_errors=True)
+    remove_if_owned(run_dir)  # inside preflight's own folder: never a user's
     private_dirs(run_dir)
     launched = time.monotonic()
     watch = BeatWatch(label=size_label(nproc), warmup=plan.warmup, steps=plan.steps, stall_s=plan.stall_s,
@@ -116,7 +116,7 @@ def measure_busbw(nproc: int, on_gpu: bool, run_dir: Path, message_bytes: float,
     from preflight.launch.torchrun import launch
 
     plan = sweep_plan(on_gpu, quick=True)
-    shutil.rmtree(run_dir, ignore_errors=True)
+    remove_if_owned(run_dir)  # inside preflight's own folder: never a user's
     result = launch(LaunchPlan("busbw", (sweep_phase(plan),), nproc), run_dir=run_dir,
                     deadline_s=plan.wanted_s + 60.0, python=python).phase("allreduce")
     run = sweep_run_from_launch("rehearsal", result, {}, on_gpu)
@@ -194,7 +194,7 @@ class RehearsalSession:
 
     def log_dir(self, nproc: int) -> Path:
         """Where a size's rank logs go."""
-        return self.report_dir / "logs" / f"rehearse-{nproc}ranks"
+        return self.report_dir / LOGS / f"rehearse-{nproc}ranks"
 
     def blocked_by(self, nproc: int) -> int | None:
         """The smaller size that failed first, when larger ones are not run."""
@@ -301,7 +301,7 @@ class RehearsalSession:
             return None, "--no-sweep and no --from-report: no measured busbw to predict with"
         else:
             nproc = max(multi)
-            measured, busbw_source = measure_busbw(nproc, self.plan.on_gpu, self.report_dir / "logs" /
+            measured, busbw_source = measure_busbw(nproc, self.plan.on_gpu, self.report_dir / LOGS /
                                                    "rehearse-allreduce", count * per, self.plan.python)
             if measured is None or measured <= 0:
                 return None, busbw_source

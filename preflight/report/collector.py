@@ -21,17 +21,16 @@ from typing import Any
 
 import pytest
 
-from preflight.errors import EXIT_NOT_READY, EXIT_OK
-from preflight.outcome import RunVerdict
+from preflight.errors import EXIT_NOT_READY
 from preflight.probe.node import node_facts
 from preflight.report.facts import gathered_facts, gathered_sections
 from preflight.report import junit
 from preflight.report.html import render_html
 from preflight.report.model import CheckResult, RunRecord, build_report, headline, problems
-from preflight.report.ownership import DirectoryInUse, ReportDirectory
+from preflight.report.ownership import LOGS, DirectoryInUse, NotPreflights, ReportDirectory, make_private
 from preflight.report.redact import redact_files, redact_obj, report_environment
 from preflight.report.selection import Selection
-from preflight.report.writer import LineLog, dump_json, private_tree, write_atomic
+from preflight.report.writer import LineLog, dump_json, printable, write_atomic
 from preflight.settings import Settings
 
 JSON_NAME = "preflight.json"
@@ -89,7 +88,7 @@ class ReportCollector:
             self.directory = directory
             directory.clear_previous(self._own_outputs())
             self.lines = LineLog(self.report_dir / LINES_NAME)
-        except DirectoryInUse as exc:
+        except (DirectoryInUse, NotPreflights) as exc:
             self._release_signals(deliver=False)
             raise pytest.UsageError(str(exc)) from None
         except OSError as exc:
@@ -144,10 +143,18 @@ class ReportCollector:
         """Called by the plugin when a check has finished all its phases."""
         self.record.add(result)
         if self.lines is not None:
-            self.lines.write(redact_obj({"type": "check", **result.as_dict()}))
+            self.lines.write(printable(redact_obj({"type": "check", **result.as_dict()})))
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         junit.mark_warning(self.config, report)  # here, on the controller: xdist workers write no JUnit
+
+    def pytest_internalerror(self, excrepr: Any, excinfo: pytest.ExceptionInfo[BaseException]) -> bool | None:
+        """pytest or a plugin crashed (an INTERNALERROR): the run's verdict is ERROR naming it (never READY),
+        the traceback goes into the report, and the terminal shows one line instead of pytest's dump
+        (``-v`` keeps pytest's)."""
+        self.record.internal_error = " ".join(f"{excinfo.typename}: {excinfo.value}".split())[:500]
+        self.record.internal_detail = str(excrepr)[-20_000:]
+        return None if self.config.get_verbosity() > 0 else True
 
     def pytest_keyboard_interrupt(self, excinfo: pytest.ExceptionInfo[BaseException]) -> None:
         self.record.interrupted = True
@@ -159,16 +166,26 @@ class ReportCollector:
         """Write the reports first; a JUnit file that cannot be written (a full disk) is one line, not
         a traceback from pytest's JUnit plugin, and the verdict already written stands."""
         self._finish(exitstatus)
+        pending = junit.write_atomically(self.config)  # whole or not at all: never a truncated file
         try:
             yield
         except OSError as exc:
             if not _raised_in(exc, "junitxml.py"):
                 raise
-            problem = f"could not write the JUnit XML {self.config.getoption('xmlpath')}: {exc.strerror or exc}"
-            if self.write_error is None:
-                self.write_error = problem
-                LAST_RUN["write_error"] = problem
-                print(f"preflight: {problem}", file=sys.stderr, flush=True)
+            junit.abandon(self.config, pending)
+            self._junit_failed(exc)
+            return
+        try:
+            junit.commit(self.config, pending)
+        except OSError as exc:
+            self._junit_failed(exc)
+
+    def _junit_failed(self, exc: OSError) -> None:
+        problem = f"could not write the JUnit XML {self.config.getoption('xmlpath')}: {exc.strerror or exc}"
+        if self.write_error is None:
+            self.write_error = problem
+            LAST_RUN["write_error"] = problem
+            print(f"preflight: {problem}", file=sys.stderr, flush=True)
 
     def _finish(self, exitstatus: int | pytest.ExitCode) -> None:
         if exitstatus == pytest.ExitCode.INTERRUPTED:
@@ -184,8 +201,9 @@ class ReportCollector:
         leaves a report, marked interrupted."""
         self._release_signals(deliver=False)
         if self.report is None and self.directory is not None:
-            self.record.interrupted = True
-            self.record.interruption = self.record.interruption or "interrupted before the checks started"
+            if self.record.internal_error is None:  # a crash before the session is an ERROR, not an interruption
+                self.record.interrupted = True
+                self.record.interruption = self.record.interruption or "interrupted before the checks started"
             self.write_reports()
             self._finished.set()
         if self._old_sigterm is not None:
@@ -196,19 +214,18 @@ class ReportCollector:
             self.directory.release()
 
     def _make_private(self) -> None:
-        """Every file under the report directory 0600 (JUnit too), every directory below it 0700; the
+        """This run's files 0600 (the reports, the JUnit file when it lies in the report directory), its own
+        folder's tree 0700/0600; nothing else there is re-moded (the user's files beside them). The
         Prometheus textfile, read by an exporter that may run as another user, is left as written."""
-        prometheus = self.config.getoption("preflight_prometheus", default=None)
-        private_tree(self.report_dir, keep=[Path(prometheus)] if prometheus else [])
+        xml = self.config.getoption("xmlpath", default=None)
+        inside = [Path(xml)] if xml and Path(os.path.abspath(xml)).parent == self.report_dir else []
+        make_private(self.report_dir, also=inside)
 
     # -- writing ---------------------------------------------------------------------------
 
     def exit_code(self) -> int:
-        """0 ready or degraded (1 for degraded with --strict), 1 not ready."""
-        verdict = self.record.verdict()
-        if verdict is RunVerdict.NOT_READY or (verdict is RunVerdict.DEGRADED and self.settings.strict):
-            return EXIT_NOT_READY
-        return EXIT_OK
+        """0 ready or degraded (1 for degraded with --strict), 1 not ready, 2 could not judge (ERROR)."""
+        return self.record.verdict().exit_code(strict=self.settings.strict)
 
     def write_reports(self) -> None:
         """Build the report and write JSON then HTML atomically; safe to call from any thread once.
@@ -267,7 +284,7 @@ class ReportCollector:
             exit_code=self.exit_code(),
             sections=gathered_sections(self.config),
         )
-        self.report = redact_obj(report)
+        self.report = printable(redact_obj(report))
         LAST_RUN.update(verdict=self.report["verdict"], exit_code=self.exit_code(), write_error=None, shown=False)
         try:
             for path, render in ((self.report_dir / JSON_NAME, dump_json), (self.report_dir / HTML_NAME,
@@ -323,7 +340,7 @@ class ReportCollector:
             self.write_reports()
             print(f"preflight: {self.record.verdict().value} (run stopped at its deadline); reports: "
                   + ", ".join(str(p) for p in self.written), file=sys.stderr, flush=True)
-            redact_files(self.report_dir / "logs")  # a launch still in flight was never scrubbed
+            redact_files(self.report_dir / LOGS)  # a launch still in flight was never scrubbed
             self._make_private()
         finally:
             os._exit(EXIT_NOT_READY)

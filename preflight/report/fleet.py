@@ -19,6 +19,7 @@ from typing import Any
 
 import preflight
 from preflight import outcome
+from preflight.outcome import RUN_VERDICTS, RunVerdict
 from preflight.report.model import problems as ordered_problems
 
 FLEET_SCHEMA_VERSION = "1.0"
@@ -124,7 +125,8 @@ def node_row(node: NodeReport, suspect_for: list[str]) -> dict[str, Any]:
             "exit_code": report.get("run", {}).get("exit_code"), "started_at": report.get("run", {}).get("started_at"),
             "profile": report.get("run", {}).get("options", {}).get("profile"), "gpu_kind": gpu_kind(facts),
             "gpu_count": gpu_count(facts), "summary": report.get("summary", {}), "problems": problems,
-            "interrupted": bool(report.get("run", {}).get("interrupted")), "bandwidth_outlier_in": suspect_for}
+            "interrupted": bool(report.get("run", {}).get("interrupted")), "bandwidth_outlier_in": suspect_for,
+            "error": report.get("run", {}).get("error")}
 
 
 def check_matrix(nodes: list[NodeReport]) -> list[dict[str, Any]]:
@@ -160,8 +162,9 @@ def build_fleet(nodes: list[NodeReport], skipped: list[dict[str, str]] | None = 
         "tool": {"name": "preflight", "version": preflight.__version__},
         "created_at": datetime.now(timezone.utc).isoformat(),
         "outlier_rule": RULE,
-        "verdicts": {v: verdicts.get(v, 0) for v in ("READY", "DEGRADED", "NOT READY")},
-        "not_ready": [row["name"] for row in rows if row["verdict"] == "NOT READY"],
+        "verdicts": {v: verdicts.get(v, 0) for v in RUN_VERDICTS},
+        "not_ready": [row["name"] for row in rows if row["verdict"] == RunVerdict.NOT_READY.value],
+        "not_judged": [row["name"] for row in rows if row["verdict"] == RunVerdict.ERROR.value],
         "suspect": sorted(suspects),
         "nodes": rows,
         "checks": check_matrix(nodes),

@@ -11,6 +11,11 @@ testcase name starts with ``WARN `` (the one thing both views list for every tes
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+from dataclasses import dataclass
+
 import pytest
 from _pytest.junitxml import mangle_test_address, xml_key  # pytest's JUnit plugin object: no public handle
 
@@ -32,3 +37,62 @@ def mark_warning(config: pytest.Config, report: pytest.TestReport) -> None:
     if xml is None or report.when != "call" or dict(report.user_properties).get("preflight.status") != "WARN":
         return
     xml.node_reporter(report).add_attribute("name", WARN_PREFIX + mangle_test_address(report.nodeid)[-1])
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJunit:
+    """pytest's JUnit writer pointed at a temporary file beside the real one, until :func:`commit`."""
+
+    temporary: str
+    target: str
+
+
+def write_atomically(config: pytest.Config) -> PendingJunit | None:
+    """Make pytest's JUnit plugin write a private temporary file beside its target (a full disk then leaves
+    no truncated ``preflight-junit.xml`` for CI to read as a result); None without ``--junitxml``."""
+    xml = config.stash.get(xml_key, None)
+    if xml is None:
+        return None
+    target = xml.logfile
+    folder = os.path.dirname(os.path.abspath(target))
+    try:
+        os.makedirs(folder, exist_ok=True)
+        fd, temporary = tempfile.mkstemp(prefix=f".{os.path.basename(target)}.", dir=folder)
+        os.close(fd)
+    except OSError:
+        return None  # pytest then fails on the target itself, and the run says so in one line
+    xml.logfile = temporary
+    return PendingJunit(temporary, target)
+
+
+def commit(config: pytest.Config, pending: PendingJunit | None) -> None:
+    """Flush the written file to disk and rename it into place (an OSError when the disk took it only in
+    part: the temporary file is removed, and no JUnit file is left)."""
+    if pending is None:
+        return
+    _restore(config, pending)
+    try:
+        fd = os.open(pending.temporary, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(pending.temporary, pending.target)
+    except OSError:
+        abandon(config, pending)
+        raise
+
+
+def abandon(config: pytest.Config, pending: PendingJunit | None) -> None:
+    """The JUnit file could not be written whole: remove the temporary one."""
+    if pending is None:
+        return
+    _restore(config, pending)
+    with contextlib.suppress(OSError):
+        os.unlink(pending.temporary)
+
+
+def _restore(config: pytest.Config, pending: PendingJunit) -> None:
+    xml = config.stash.get(xml_key, None)
+    if xml is not None:
+        xml.logfile = pending.target  # its terminal line names the real file

@@ -17,8 +17,25 @@ from preflight.codes import kind_of
 from preflight.outcome import RunVerdict, Status, Verdict, run_verdict
 from preflight.report.selection import Selection, selection_note
 
-SCHEMA_VERSION = "2.0"  # 2.0: the node model's torch, job and gpus sections (numbers with units)
-SUPPORTED_SCHEMA_VERSIONS = ("2.0",)
+SCHEMA_VERSION = "2.1"  # 2.1: the run verdict ERROR and run.error; 2.0: the node model's sections
+SUPPORTED_SCHEMA_VERSIONS = ("2.0", "2.1")
+NO_CHECK_FINISHED_CODE = "NO_CHECK_FINISHED"
+INTERNAL_ERROR_CODE = "RUN_INTERNAL_ERROR"
+
+
+@dataclass(frozen=True, slots=True)
+class RunError:
+    """Why preflight could not judge the node (the run verdict ERROR, exit code 2): a code, one line of
+    cause, what to do, and the raw detail (a traceback) for a bug report."""
+
+    code: str
+    summary: str
+    remediation: str
+    detail: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON form (``run.error``)."""
+        return {"code": self.code, "summary": self.summary, "remediation": self.remediation, "detail": self.detail}
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,6 +83,9 @@ class RunRecord:
     interruption: str | None = None
     startup_s: float | None = None
     selection: Selection = field(default_factory=Selection)
+    internal_error: str | None = None
+    """One line: what crashed inside preflight or pytest (an INTERNALERROR), if anything did."""
+    internal_detail: str = ""
 
     def add(self, result: CheckResult) -> None:
         """Store (or replace) a check's result."""
@@ -76,9 +96,28 @@ class RunRecord:
         found = [c.verdict.status for c in self.checks.values()]
         return found + ([Status.ERROR] if self.interrupted else [])
 
+    def error(self) -> RunError | None:
+        """Why the run could not judge the node: no check finished (an interrupted run says so itself), or
+        preflight crashed (an INTERNALERROR); None for a run that judged it."""
+        if self.internal_error is None and (self.checks or self.interrupted):
+            return None
+        cause = self.internal_error or ("no check matches the selection (-k / -m)" if not self.collected
+                                        else "the session ended without running one")
+        if not self.checks:
+            return RunError(NO_CHECK_FINISHED_CODE, f"no check finished: {cause}",
+                            "Nothing about the node was judged. Fix the cause named here (a location preflight "
+                            "cannot write, a broken plugin) and run preflight again; report it with the JSON "
+                            "report attached if it is preflight's own fault.", self.internal_detail)
+        done = len(self.checks)
+        return RunError(INTERNAL_ERROR_CODE, f"preflight stopped after {done} of {len(self.collected) or done} "
+                        f"checks: {cause}",
+                        "The checks that did not run judged nothing. Fix the cause named here and run preflight "
+                        "again; report it with the JSON report attached if it is preflight's own fault.",
+                        self.internal_detail)
+
     def verdict(self) -> RunVerdict:
-        """READY / DEGRADED / NOT READY for the node."""
-        return run_verdict(self.statuses())
+        """READY / DEGRADED / NOT READY for the node, or ERROR when it could not be judged."""
+        return run_verdict(self.statuses(), judged=self.error() is None)
 
     def not_run(self) -> list[str]:
         """Collected checks that never finished (an interrupted or timed-out run)."""
@@ -97,7 +136,12 @@ def verdict_label(report: dict[str, Any]) -> str:
 
 
 def headline(report: dict[str, Any]) -> str:
-    """The verdict with what the run covered: ``READY: 1 of 45 checks selected`` for a partial run."""
+    """The verdict with what the run covered: ``READY: 1 of 45 checks selected`` for a partial run;
+    ``ERROR: NO_CHECK_FINISHED`` when the run could not judge the node."""
+    run = report.get("run")
+    error = run.get("error") if isinstance(run, dict) else None
+    if isinstance(error, dict) and error.get("code") and report.get("verdict") == RunVerdict.ERROR.value:
+        return f"{verdict_label(report)}: {error['code']}"
     note = selection_note(report)
     return f"{verdict_label(report)}: {note}" if note else verdict_label(report)
 
@@ -149,10 +193,14 @@ class Lead:
 def leading_problem(report: Mapping[str, Any]) -> Lead | None:
     """The problem the verdict leads with (``--oneline``, the HTML heading), or None when there is none.
 
-    An interrupted run names the interruption first, whatever the checks found before it (a WARN seen
-    before Ctrl-C is not why the node is NOT READY), with how many checks did not run."""
+    A run that could not judge the node (verdict ERROR) names why first (``run.error``). An interrupted
+    run names the interruption first, whatever the checks found before it (a WARN seen before Ctrl-C is
+    not why the node is NOT READY), with how many checks did not run."""
     found = problems(report)
     run = report.get("run") or {}
+    error = run.get("error") or {}
+    if report.get("verdict") == "ERROR" and error:
+        return Lead(str(error.get("code") or ERROR_CODE), str(error.get("summary") or ""), "", None, len(found))
     if run.get("interrupted"):
         not_run = len(report.get("not_run") or [])
         summary = str(run.get("interruption") or "the run was interrupted")
@@ -195,6 +243,7 @@ def build_report(record: RunRecord, *, node: dict[str, Any], environment: dict[s
             "exit_code": exit_code,
             "cpu_rehearsal": bool(options.get("cpu")),
             "selection": record.selection.as_dict(),
+            "error": error.as_dict() if (error := record.error()) else None,
         },
         "verdict": record.verdict().value,
         "summary": {s.value: counts.get(s.value, 0) for s in Status},

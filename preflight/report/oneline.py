@@ -18,7 +18,8 @@ MAX_LENGTH = 80
 
 
 def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
-    """``READY``, ``DEGRADED: NCCL_P2P_SLOW - ...`` or ``NOT READY: CODE (+N more) - summary``.
+    """``READY``, ``DEGRADED: NCCL_P2P_SLOW - ...``, ``NOT READY: CODE (+N more) - summary`` or
+    ``ERROR: NO_CHECK_FINISHED - why`` (the run could not judge the node: its cause leads).
 
     An interrupted run names the interruption first, whatever the checks found before it (a WARN seen
     before Ctrl-C is not why the node is NOT READY), with how many checks did not run. A partial run

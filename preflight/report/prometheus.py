@@ -27,9 +27,10 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
 from preflight import outcome
+from preflight.outcome import RUN_VERDICTS
 
 PREFIX = "preflight"
-VERDICTS = ("READY", "DEGRADED", "NOT READY")
+VERDICTS = RUN_VERDICTS
 STATUSES = ("PASS", "WARN", "FAIL", "SKIP", "ERROR")
 PROBLEM_STATUSES = tuple(status.value for status in outcome.PROBLEM_STATUSES)
 UNIT_SUFFIXES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "B": "bytes",
@@ -73,13 +74,12 @@ class ReportCollector(Collector):
 def run_families(report: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
     """The run's verdict, counts, timing and GPU count."""
     run = report.get("run", {})
-    verdict = GaugeMetricFamily(f"{PREFIX}_verdict",
-                                "1 for this run's verdict (READY, DEGRADED, NOT READY), 0 for the others",
-                                labels=["verdict"])
+    verdict = GaugeMetricFamily(f"{PREFIX}_verdict", "1 for this run's verdict (READY, DEGRADED, NOT READY, "
+                                "ERROR: not judged), 0 for the others", labels=["verdict"])
     for name in VERDICTS:
         verdict.add_metric([name], 1.0 if report.get("verdict") == name else 0.0)
     yield verdict
-    yield _single(f"{PREFIX}_exit_code", "preflight's exit code: 0 ready or degraded, 1 not ready",
+    yield _single(f"{PREFIX}_exit_code", "preflight's exit code: 0 ready or degraded, 1 not ready, 2 could not judge",
                   run.get("exit_code"))
     yield _single(f"{PREFIX}_run_interrupted", "1 when the run was cut short (deadline, signal)",
                   run.get("interrupted"))

@@ -8,7 +8,9 @@ Three layers, applied by the report writers:
   their *shape*: URL passwords, ``Authorization`` headers, JWTs, cloud keys, private key blocks,
   well-known token prefixes and ``NAME=value`` style assignments whose name looks secret.
 * :func:`redact_obj` walks a JSON-able structure, blanking values under secret-looking keys and
-  scrubbing every string.
+  scrubbing every string; a list of strings is read as a command line (``--token VALUE``).
+* :func:`redact_argv` / :func:`redact_command` scrub a command line (a list, or one string) for what
+  preflight prints of it.
 * :func:`redact_files` scrubs, in place, the files a launch's ranks wrote raw (their logs, error
   files, torchrun's log) and makes them private like the reports.
 
@@ -20,13 +22,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
-from preflight.report.secret_names import REDACTED, is_secret_name, redact_assignments
+from preflight.report.secret_names import REDACTED, is_secret_name, redact_argv_values, redact_assignments
 from preflight.report.secret_shapes import redact_shapes
-from preflight.report.writer import PRIVATE_DIR_MODE, private_tree, write_bytes_atomic
+from preflight.report.writer import PRIVATE_DIR_MODE, private_tree
 
 __all__ = [
     "ALLOWED_NAMES",
@@ -35,6 +38,9 @@ __all__ = [
     "is_reported_variable",
     "is_secret_name",
     "omitted_variable_count",
+    "redact_argv",
+    "redact_command",
+    "redact_file",
     "redact_files",
     "redact_obj",
     "redact_text",
@@ -148,6 +154,18 @@ def redact_text(text: str) -> str:
     return redact_assignments(redact_shapes(text))
 
 
+def redact_argv(args: Sequence[str]) -> list[str]:
+    """A command line with its secrets gone: the value after a secret-named option (``--hf_token hf_x``,
+    ``--password hunter2``), ``--token=x``, and secrets by shape in any argument. For what preflight prints
+    or stores of a command (the script's arguments of ``preflight rehearse``, ``--launch``)."""
+    return [redact_text(arg) for arg in redact_argv_values(list(args))]
+
+
+def redact_command(text: str) -> str:
+    """A command line given as one string (``--launch "torchrun train.py --token x"``), scrubbed."""
+    return redact_text(text)
+
+
 def redact_obj(obj: Any) -> Any:
     """A copy of a JSON-able structure with secrets removed.
 
@@ -174,7 +192,8 @@ def _walk(obj: Any, *, under_secret: bool) -> Any:
             for key, value in obj.items()
         }
     if isinstance(obj, (list, tuple)):
-        walked = [_walk(item, under_secret=under_secret) for item in obj]
+        items = redact_argv_values(list(obj)) if all(isinstance(item, str) for item in obj) else obj
+        walked = [_walk(item, under_secret=under_secret) for item in items]  # an argv: --token VALUE
         return tuple(walked) if isinstance(obj, tuple) else walked
     return _walk(str(obj), under_secret=under_secret)
 
@@ -185,19 +204,21 @@ def _walk(obj: Any, *, under_secret: bool) -> Any:
 
 
 def redact_files(directory: Path) -> list[Path]:
-    """Scrub every text file under ``directory`` in place and make the tree private (files 0600,
+    """Scrub every regular file under ``directory`` in place and make the tree private (files 0600,
     directories 0700); returns the files that changed.
 
     The ranks run in the job's interpreter and write their logs and error files raw (they may import
     only the standard library), so the parent calls this once a launch has ended, before any check
-    reads the files. A file whose scrubbed copy cannot be written (a full disk) is removed rather than
-    left with its secrets; a file holding NUL bytes (a checkpoint shard) is binary and left as it is.
+    reads the files. Every file is scrubbed, binary or not: one NUL byte a rank printed must not keep an
+    HF token in its log (a checkpoint shard left in a launch folder is scratch nobody reads again). A file
+    is read in blocks (memory stays bounded for a rank that printed a gigabyte); one whose scrubbed copy
+    cannot be written (a full disk) is removed rather than left with its secrets. Links are not followed.
     """
     changed: list[Path] = []
     for top, _dirs, files in os.walk(directory):
         for name in files:
             path = Path(top) / name
-            if not path.is_symlink() and path.is_file() and _redact_file(path):
+            if not path.is_symlink() and path.is_file() and redact_file(path):
                 changed.append(path)
     private_tree(directory)
     with contextlib.suppress(OSError):
@@ -205,19 +226,69 @@ def redact_files(directory: Path) -> list[Path]:
     return changed
 
 
-def _redact_file(path: Path) -> bool:
+BLOCK_BYTES = 8 * 1024 * 1024
+"""How much of a file is scrubbed at a time; a block ends at a line end (or a blank) so no secret is cut."""
+
+
+def redact_file(path: Path) -> bool:
+    """Scrub one file in place; True when it changed (or had to be removed because its scrubbed copy could
+    not be written). A first pass only looks (a file without secrets is never rewritten, so a full disk costs
+    nothing there); a second writes the scrubbed copy to a private temporary file beside it, then renames."""
     try:
-        data = path.read_bytes()
+        with open(path, "rb") as source:
+            if all(text == scrubbed for text, scrubbed in _scrubbed_blocks(source)):
+                return False
     except OSError:
         return False
-    if b"\0" in data:
-        return False
-    text = data.decode("utf-8", errors="surrogateescape")  # undecodable bytes come back unchanged
-    redacted = redact_text(text)
-    if redacted == text:
-        return False
     try:
-        write_bytes_atomic(path, redacted.encode("utf-8", errors="surrogateescape"))
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     except OSError:
-        path.unlink(missing_ok=True)
+        return _remove_unscrubbed(path)
+    try:
+        with open(path, "rb") as source, os.fdopen(fd, "wb") as out:
+            for _text, scrubbed in _scrubbed_blocks(source):
+                _write_block(out, scrubbed.encode("utf-8", errors="surrogateescape"))
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, path)
+    except OSError:
+        return _remove_unscrubbed(path)
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
     return True
+
+
+def _remove_unscrubbed(path: Path) -> bool:
+    with contextlib.suppress(OSError):
+        path.unlink()
+    return True
+
+
+def _scrubbed_blocks(source: IO[bytes]) -> Iterator[tuple[str, str]]:
+    """(text, scrubbed text) per block of ``source``; undecodable bytes come back unchanged."""
+    carry = b""
+    while True:
+        block = source.read(BLOCK_BYTES)
+        data = carry + block
+        cut = _safe_cut(data) if block else len(data)
+        text = data[:cut].decode("utf-8", errors="surrogateescape")
+        yield text, redact_text(text)
+        carry = data[cut:]
+        if not block:
+            return
+
+
+def _write_block(out: IO[bytes], data: bytes) -> None:
+    out.write(data)
+
+
+def _safe_cut(data: bytes) -> int:
+    """Where a block may end: after its last line end, before a private key block that has not ended yet
+    (0: read on), after its last blank when it holds no line end; never keeping more than four blocks back."""
+    end = data.rfind(b"\n") + 1 or max(data.rfind(b" "), data.rfind(b"\t")) + 1
+    begin = data.rfind(b"-----BEGIN ", 0, end)
+    if begin >= 0 and data.find(b"-----END ", begin) < 0:
+        end = data.rfind(b"\n", 0, begin) + 1
+        return end if len(data) - end <= 4 * BLOCK_BYTES else len(data)
+    return end if end > 0 and len(data) - end <= 4 * BLOCK_BYTES else len(data)

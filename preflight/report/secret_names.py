@@ -78,6 +78,8 @@ _SEPARATOR = re.compile(r"[ \t]*(?P<op>[:=])[ \t]*|(?P<space>[ \t]+)")
 _UNQUOTED_VALUE = re.compile(r"[^\s,;&\"'`<>)\]}]+")
 _AUTH_SCHEMES = frozenset({"bearer", "basic", "digest", "token", "bot", "negotiate", "apikey"})
 _WHOLE_LINE_NAMES = frozenset({"cookie", "set-cookie"})
+_NEXT_ELEMENT = re.compile(r"[ \t]*,[ \t]*(?P<quote>\\?[\"'])")
+"""The next element of a quoted list (a repr or JSON): ``, '`` or ``, "`` after an option's closing quote."""
 _JSON_LITERAL = re.compile(r"(?:null|true|false|-?[0-9][0-9.eE+\-]*)(?![\w.])")
 
 
@@ -117,6 +119,12 @@ def _assigned_value(text: str, name_start: int, name_end: int, name: str) -> tup
         position += len(quote)
     else:
         quote = ""  # '"--token=abc"': the quote wraps the whole assignment, not the name
+    if quote and name.startswith("-") and position > name_end:  # ['--token', 'abc'] or ["--token", "abc"]
+        element = _NEXT_ELEMENT.match(text, position)
+        if element is not None:
+            start = element.end()
+            end = _quoted_value_end(text, start, element.group("quote"))
+            return (start, end, REDACTED) if end > start and not text.startswith("-", start) else none
     separator = _SEPARATOR.match(text, position)
     if separator is None:
         return none
@@ -193,3 +201,20 @@ def redact_assignments(text: str) -> str:
         return text
     pieces.append(text[copied_to:])
     return "".join(pieces)
+
+
+def is_secret_option(arg: str) -> bool:
+    """``--password``, ``--hf_token``, ``--wandb-key``: an option (not ``--x=v``) whose name looks secret, so
+    the next argument is its value."""
+    return arg.startswith("-") and "=" not in arg and len(arg.lstrip("-")) > 0 and is_secret_name(arg.lstrip("-"))
+
+
+def redact_argv_values(args: list[str]) -> list[str]:
+    """``args`` with the value after each secret-named option blanked (``--token abc`` as two arguments);
+    ``--token=abc`` and secrets by shape are left to the text scrubbing every argument also goes through."""
+    out = list(args)
+    for index, arg in enumerate(args[:-1]):
+        value = args[index + 1]
+        if is_secret_option(arg) and value and not value.startswith("-") and not value.startswith("$"):
+            out[index + 1] = REDACTED
+    return out

@@ -341,15 +341,20 @@ def verdict_block(report: dict[str, Any], *, written: list[Path], width: int, qu
         lines += _wrapped(str(check.get("summary") or ""), width, STATUS_COLUMN)
         if check.get("remediation"):
             lines += _wrapped(str(check["remediation"]), width, STATUS_COLUMN, first="fix: ")
-    counts = ", ".join(f"{n} {status}" for status, n in report.get("summary", {}).items() if n)
     run = report.get("run", {})
+    error = run.get("error") or {}
+    if error:  # the run verdict ERROR: why preflight could not judge the node
+        lines.append(fit(f"ERROR {error.get('code', '')}  preflight could not judge the node", width))
+        lines += _wrapped(str(error.get("summary") or ""), width, STATUS_COLUMN)
+        lines += _wrapped(str(error.get("remediation") or ""), width, STATUS_COLUMN, first="fix: ")
+    counts = ", ".join(f"{n} {status}" for status, n in report.get("summary", {}).items() if n)
     selection = run.get("selection") or {}
     if selection.get("deselected"):
         counts += f"{', ' if counts else ''}{selection['deselected']} not selected"
     lines.append(fit(f"checks: {counts or 'none finished'}", width))
     not_run = report.get("not_run") or []
     if not_run:
-        why = run.get("interruption") or "the run was interrupted"
+        why = run.get("interruption") or error.get("code") or "the run was interrupted"
         lines += _wrapped(f"{len(not_run)} check{'s' if len(not_run) != 1 else ''} ({why})", width, 0,
                           first="not run: ")
     if written:

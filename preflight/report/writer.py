@@ -21,7 +21,7 @@ def write_atomic(path: Path, text: str) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
     try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="backslashreplace") as handle:  # never half a file
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
@@ -61,6 +61,23 @@ def private_tree(root: Path, keep: Iterable[Path] = ()) -> None:
                     os.chmod(path, PRIVATE_DIR_MODE)
                 elif stat.S_ISREG(mode):
                     os.chmod(path, PRIVATE_FILE_MODE)
+
+
+def printable(obj: Any) -> Any:
+    """A copy of a JSON-able structure whose strings are all valid Unicode: bytes that were not UTF-8 (a
+    ``--report-dir`` or a script argument given as raw bytes reaches Python as lone surrogates, which no
+    UTF-8 writer takes) are shown as ``\\xff`` escapes, the rest unchanged."""
+    if isinstance(obj, str):
+        try:
+            obj.encode("utf-8")
+        except UnicodeEncodeError:
+            return obj.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+        return obj
+    if isinstance(obj, dict):
+        return {printable(key): printable(value) for key, value in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [printable(item) for item in obj]
+    return obj
 
 
 def dump_json(data: Any) -> str:
