@@ -11,11 +11,16 @@ import os
 import sys
 from typing import Any
 
+import torch.distributed
+
 from preflight.workers.common import WorkerContext
 from tests.fakes import planted
 
 
 def leak(ctx: WorkerContext) -> dict[str, Any]:
+    # Both ranks are past the process group's set-up before either raises: a rank that exits while its peer
+    # is still connecting would end that peer in gloo's connectFull, before it could leak anything.
+    torch.distributed.barrier()
     hf_token = os.environ.get("HF_TOKEN", planted.HF_TOKEN)
     print(f"fetching {planted.URL_WITH_PASSWORD} as HF_TOKEN={hf_token}", flush=True)
     print(f"git remote: https://x-access-token:{planted.GITHUB_TOKEN}@github.com/o/r.git", file=sys.stderr,
