@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -125,3 +126,27 @@ def test_an_unknown_strategy_is_a_usage_error(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == ("preflight: error: argument --strategy: unknown strategy 'zero4'; expected ddp, "
                                      "fsdp, zero1, zero2, zero3, all")
+
+
+def test_without_a_gpu_and_without_cpu_nothing_is_built_and_the_verdict_comes_in_seconds(tmp_path):
+    """No rehearsal runs (no GPU for the job, no --cpu), so no phase loads DeepSpeed's ops: none is built
+    (issue 27: 172 s of silent compiling for a NO_NVIDIA_GPU known after 4 s)."""
+    if checks_dir() != (REPO_ROOT / "checks").resolve():
+        pytest.skip(f"the installed preflight.checks is another checkout ({checks_dir()})")
+    extensions = tmp_path / "extensions"  # empty: a build would have to start from nothing
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+           "PREFLIGHT_TORCH_EXTENSIONS_DIR": str(extensions)}
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "preflight", "--report-dir", str(tmp_path / "r")],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    took = time.monotonic() - started
+    report = json.loads((tmp_path / "r" / "preflight.json").read_text())
+    if report["node"]["job"]["on_gpu"]:
+        pytest.skip("this machine has a GPU for the job")
+    assert result.returncode == 1 and report["verdict"] == "NOT READY", result.stdout + result.stderr
+    ops = by_name(report)["test_deepspeed_ops"]
+    assert ops["status"] == "SKIP" and "no NVIDIA GPU for the job" in ops["summary"], ops
+    assert not extensions.exists() or not any(p.is_dir() for p in extensions.iterdir())
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("preflight ") and lines[-1].startswith("NOT READY")
+    assert took < 15, f"{took:.1f} s"  # issue 27's bound: a verdict known in seconds is given in seconds

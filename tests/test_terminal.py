@@ -18,14 +18,13 @@ from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import RankProgress, launch_status
 from preflight.outcome import fail, skip, warn
 from preflight.report.html import render_html
+from preflight.report.live import live_text, phase_line
 from preflight.report.model import headline
 from preflight.report.oneline import format_oneline
 from preflight.report.selection import Selection
 from preflight.report.terminal import (
     check_line,
     check_title,
-    live_text,
-    phase_line,
     skip_lines,
     title_column,
     verdict_block,

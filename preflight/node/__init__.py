@@ -17,11 +17,13 @@ job's interpreter, :mod:`preflight.node.torch`). Everything else is derived, on 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
+from preflight.node.torch import TIMEOUT_S as TORCH_TIMEOUT_S
 from preflight.node.torch import JobTorch, read_job_torch
 from preflight.node.transports import Transports
 from preflight.parse.visible_devices import (
@@ -38,6 +40,7 @@ from preflight.parse.visible_devices import (
 from preflight.probe.nvml_probe import NVML_TIMEOUT_S, probe_failed_error, take_snapshot
 from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 from preflight.probe.pci import PciGpus, nvidia_gpus_on_pci
+from preflight.waits import waiting
 
 CPU_RANKS = 2  # a CPU rehearsal on gloo: two ranks are the least that exercise a collective
 T = TypeVar("T")
@@ -46,9 +49,12 @@ T = TypeVar("T")
 class _Background(Generic[T]):
     """A fact gathered in a thread started now; :meth:`get` waits for it."""
 
-    def __init__(self, name: str, gather: Callable[[], T], on_error: Callable[[str], T]) -> None:
+    def __init__(self, name: str, gather: Callable[[], T], on_error: Callable[[str], T], *, waiting_for: str = "",
+                 timeout_s: float | None = None) -> None:
         self._found: list[T] = []
         self._on_error = on_error
+        self._what = waiting_for  # what a reader waits for, for the live line (preflight.waits)
+        self._until = time.monotonic() + timeout_s if timeout_s is not None else None
         self._thread = threading.Thread(target=self._gather, args=(gather,), name=name, daemon=True)
         self._thread.start()
 
@@ -59,6 +65,9 @@ class _Background(Generic[T]):
             self._found.append(self._on_error(f"{type(exc).__name__}: {exc}"))
 
     def get(self) -> T:
+        if self._what and self._thread.is_alive():
+            with waiting(self._what, self._until):
+                self._thread.join()
         self._thread.join()
         return self._found[0] if self._found else self._on_error("the probe ended without an answer")
 
@@ -137,10 +146,13 @@ class Node:
                                  lambda: take_snapshot(transports.nvml, timeout_s=nvml_timeout_s(),
                                                        runner=transports.run),
                                  lambda why: NvmlSnapshot(label=transports.nvml.label,
-                                                          error=probe_failed_error(why)))
+                                                          error=probe_failed_error(why)),
+                                 waiting_for="NVML (the GPU walk)", timeout_s=nvml_timeout_s())
         self._torch = _Background("preflight-torch-probe", lambda: read_job_torch(transports),
                                   lambda why: JobTorch(python=transports.python,
-                                                       problem=f"the torch probe failed: {why}"))
+                                                       problem=f"the torch probe failed: {why}"),
+                                  waiting_for=f"the job's torch (import torch in {transports.python})",
+                                  timeout_s=TORCH_TIMEOUT_S)
 
     # -- the two probed facts -----------------------------------------------------------------------
 

@@ -15,14 +15,16 @@ from pathlib import Path
 from typing import Any
 
 from preflight.node.transports import Transports
+from preflight.probe.job_python import script_argv
 
 CHILD = Path(__file__).resolve().parent.parent / "probe" / "torch_child.py"
 TIMEOUT_S = 90.0  # a cold import of a CUDA torch from a network filesystem takes tens of seconds
 
 
 def torch_probe_argv(python: str) -> list[str]:
-    """``python -I .../torch_child.py``: isolated mode, so the working directory cannot shadow packages."""
-    return [python, "-I", str(CHILD)]
+    """The child with the job's ``sys.path`` (``PYTHONPATH`` and the user site kept, the working directory
+    and preflight's own folders off it: :mod:`preflight.probe.job_python`)."""
+    return script_argv(python, CHILD)
 
 
 @dataclass(frozen=True, slots=True)

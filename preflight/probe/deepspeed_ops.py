@@ -32,6 +32,8 @@ from pathlib import Path
 from typing import Any
 
 from preflight.probe.command import CommandRunner, run_command
+from preflight.probe.job_python import script_argv
+from preflight.waits import waiting
 
 EXTENSIONS_DIR_ENV = "PREFLIGHT_TORCH_EXTENSIONS_DIR"
 CHILD = Path(__file__).with_name("op_build_child.py")
@@ -40,6 +42,7 @@ LOCK_NAME = "preflight.lock"
 """``<root>/preflight.lock``: a build holds it exclusively, the ranks shared while they load."""
 STATUS_NAME = "preflight-build.json"
 DEFAULT_TIMEOUT_S = 600.0
+WAITING_FOR = "DeepSpeed's op build (a first build takes minutes; later runs reuse it)"
 
 ZERO_BUILDERS: tuple[dict[str, Any], ...] = (
     # deepspeed/comm/torch.py TorchBackend.__init__ -> build_shm_op(): CPU accelerator only, loaded
@@ -50,11 +53,6 @@ ZERO_BUILDERS: tuple[dict[str, Any], ...] = (
     {"builder": "FusedAdamBuilder"},
 )
 """The ops ``deepspeed.initialize`` loads for the rehearsal's config, in the order it loads them."""
-
-# python -c: the child's own folder must not come first on sys.path (preflight/probe/deepspeed.py
-# would shadow the real package), nor the working directory (a stray ./torch would).
-_BOOT = ("import runpy, sys; sys.path[:] = [p for p in sys.path[1:] if p not in ('', '.')]; "
-         "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 def extensions_root(env: Mapping[str, str] | None = None) -> Path:
@@ -184,7 +182,7 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
         spec["cpu_info"] = str(cpu_info)
     child_env = {**base, "PYTHONUNBUFFERED": "1"}
     child_env.pop("TORCH_EXTENSIONS_DIR", None)  # the child sets its own; never the user's
-    result = runner([python, "-c", _BOOT, str(CHILD), json.dumps(spec)], timeout_s=timeout_s, env=child_env)
+    result = runner(script_argv(python, CHILD, json.dumps(spec)), timeout_s=timeout_s, env=child_env)
     facts = parse_child_output(result.stdout)
     start = next((fact for fact in facts if fact.get("kind") == "start"), {})
     folder = start.get("directory")
@@ -265,6 +263,7 @@ class BackgroundOpBuild:
         self.runner = runner
         self.python = python
         self._fd: int | None = None
+        self._until: float | None = None
         self._thread: threading.Thread | None = None
         self._result: list[OpBuild] = []
 
@@ -273,6 +272,7 @@ class BackgroundOpBuild:
         if self._thread is not None:
             return
         self._fd = try_lock(self.root)
+        self._until = time.monotonic() + self.timeout_s
         self._thread = threading.Thread(target=self._run, name="preflight-op-build", daemon=True)
         self._thread.start()
 
@@ -298,6 +298,9 @@ class BackgroundOpBuild:
     def result(self) -> OpBuild:
         """The build, once it has ended (it ends by its own deadline)."""
         self.start()
+        if self._thread is not None and self._thread.is_alive():
+            with waiting(WAITING_FOR, self._until):
+                self._thread.join()
         if self._thread is not None:
             self._thread.join()
         return self._result[0]
