@@ -1,9 +1,10 @@
 """One picture of the node: built once per run from one bundle of transports, answers cached and typed.
 
 Every check and the report take their facts from here, so no two places can disagree about the node.
-Two facts take a child process each and are started the moment the node is built, side by side: the
-NVML snapshot (one bounded walk, :mod:`preflight.probe.nvml_probe`) and the job's torch (asked in the
-job's interpreter, :mod:`preflight.node.torch`). Everything else is derived, on first use:
+The NVML snapshot (one bounded walk, :mod:`preflight.probe.nvml_probe`) is started the moment the
+node is built; the job's torch (asked in the job's interpreter, :mod:`preflight.node.torch`) by the
+rehearsal launch's rank 0 when a launch starts, else by a probe child. Everything else is derived,
+on first use:
 
 - :attr:`Node.visible` and :attr:`Node.visible_gpus`: what ``CUDA_VISIBLE_DEVICES`` and
   ``CUDA_DEVICE_ORDER`` leave of NVML's GPUs, **in CUDA order** (cuda0 first);
@@ -20,11 +21,11 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from functools import cached_property
 from typing import Any, Generic, TypeVar
 
-from preflight.node.torch import TIMEOUT_S as TORCH_TIMEOUT_S
-from preflight.node.torch import JobTorch, read_job_torch
+from preflight.node.torch import JobTorch, JobTorchAnswer
 from preflight.node.transports import Transports
 from preflight.parse.visible_devices import (
     DEVICE_ORDER_VAR,
@@ -142,17 +143,18 @@ class Node:
         self.transports = transports
         self.nproc = nproc
         self.cpu_rehearsal = cpu
-        self._nvml = _Background("preflight-nvml-probe",
-                                 lambda: take_snapshot(transports.nvml, timeout_s=nvml_timeout_s(),
-                                                       runner=transports.run),
+        self._torch = JobTorchAnswer(transports)  # asked by the launch's rank 0, else by the probe child
+
+        def nvml_then_torch() -> NvmlSnapshot:
+            snapshot = take_snapshot(transports.nvml, timeout_s=nvml_timeout_s(), runner=transports.run)
+            if not snapshot.gpus and not cpu:
+                self._torch.probe()  # no launch is planned from NVML: torch decides the job, ask it now
+            return snapshot
+
+        self._nvml = _Background("preflight-nvml-probe", nvml_then_torch,
                                  lambda why: NvmlSnapshot(label=transports.nvml.label,
                                                           error=probe_failed_error(why)),
                                  waiting_for="NVML (the GPU walk)", timeout_s=nvml_timeout_s())
-        self._torch = _Background("preflight-torch-probe", lambda: read_job_torch(transports),
-                                  lambda why: JobTorch(python=transports.python,
-                                                       problem=f"the torch probe failed: {why}"),
-                                  waiting_for=f"the job's torch (import torch in {transports.python})",
-                                  timeout_s=TORCH_TIMEOUT_S)
 
     # -- the two probed facts -----------------------------------------------------------------------
 
@@ -165,6 +167,15 @@ class Node:
     def torch(self) -> JobTorch:
         """The job's torch, asked in the job's interpreter."""
         return self._torch.get()
+
+    def torch_answered_by(self, answer: Path, running: Callable[[], bool]) -> bool:
+        """A launch is starting in the job's interpreter: its rank 0 answers the job's torch in ``answer``
+        (the probe child is asked only if the launch ends without it); False when already asked."""
+        return self._torch.from_launch(answer, running)
+
+    def ask_torch(self) -> None:
+        """No launch will answer: ask the probe child now, beside the rest of the run."""
+        self._torch.probe()
 
     # -- what the job sees ----------------------------------------------------------------------------
 

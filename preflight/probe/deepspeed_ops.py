@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from preflight.probe import op_cache
 from preflight.probe.command import CommandRunner, run_command
 from preflight.probe.job_python import script_argv
 from preflight.waits import waiting
@@ -40,7 +41,7 @@ CHILD = Path(__file__).with_name("op_build_child.py")
 MARK = "PREFLIGHT_OP_BUILD"
 LOCK_NAME = "preflight.lock"
 """``<root>/preflight.lock``: a build holds it exclusively, the ranks shared while they load."""
-STATUS_NAME = "preflight-build.json"
+STATUS_NAME = op_cache.MANIFEST_NAME
 DEFAULT_TIMEOUT_S = 600.0
 WAITING_FOR = "DeepSpeed's op build (a first build takes minutes; later runs reuse it)"
 
@@ -73,8 +74,9 @@ class OpLoad:
     name: str
     accelerator: str
     source: str
-    """``built`` (compiled now), ``cached`` (built before, loaded), ``prebuilt`` (in the wheel),
-    ``failed``, ``incompatible`` or ``absent`` (DeepSpeed would not load it here either)."""
+    """``built`` (compiled now), ``cached`` (built before, loaded), ``verified`` (built before, its library
+    checked against the manifest without starting a child), ``prebuilt`` (in the wheel), ``failed``,
+    ``incompatible`` or ``absent`` (DeepSpeed would not load it here either)."""
     seconds: float = 0.0
     device: str = ""
     """``cuda`` when nvcc compiled it, ``cpu`` for a C++-only build."""
@@ -97,6 +99,8 @@ class OpLoad:
         what = f"{self.name} ({self.device.upper() or '?'}, {tools})"
         if self.source == "failed":
             return f"{self.name or self.builder} failed after {self.seconds:.0f} s: {self.error}"
+        if self.source == "verified":
+            return f"{what} found built in preflight's cache (size and sha256 as the build left them)"
         verb = {"built": "built in", "cached": "loaded from preflight's cache in",
                 "prebuilt": "loaded pre-built from the DeepSpeed wheel in"}.get(self.source, self.source)
         return f"{what} {verb} {_seconds(self.seconds)}"
@@ -122,6 +126,8 @@ class OpBuild:
     output: str
     stale_locks: tuple[str, ...] = ()
     versions: Mapping[str, str] | None = None
+    repaired: tuple[str, ...] = ()
+    """Cached libraries that did not verify (cut short, changed) and were built again."""
 
     @property
     def built(self) -> tuple[OpLoad, ...]:
@@ -173,6 +179,10 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
     """
     base = dict(os.environ if env is None else env)
     top = root or extensions_root(base)
+    if directory is None and not jit and not locked:
+        cached = cached_build(python, base, top, timeout_s)
+        if cached is not None:
+            return cached
     top.mkdir(parents=True, exist_ok=True)
     spec: dict[str, Any] = {"builders": list(builders), "jit": jit, "lock_wait_s": max(1.0, timeout_s / 2),
                             "root": str(top), "locked": locked}
@@ -180,6 +190,8 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
         spec["directory"] = str(directory)
     if cpu_info is not None:
         spec["cpu_info"] = str(cpu_info)
+    if directory is None:  # the child remembers the folder for this environment (see cached_build)
+        spec["identity"] = op_cache.identity(python, base)
     child_env = {**base, "PYTHONUNBUFFERED": "1"}
     child_env.pop("TORCH_EXTENSIONS_DIR", None)  # the child sets its own; never the user's
     result = runner(script_argv(python, CHILD, json.dumps(spec)), timeout_s=timeout_s, env=child_env)
@@ -195,11 +207,31 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
     output = "\n".join(part for part in (result.stdout, result.stderr) if part)
     done = any(fact.get("kind") == "done" for fact in facts)
     versions: dict[str, str] = {key: str(start[key]) for key in ("torch", "deepspeed") if key in start}
+    repaired = tuple(f"{fact.get('name')}: {fact.get('problem')}" for fact in facts if fact.get("kind") == "damaged")
     return OpBuild(directory=folder, accelerator=start.get("accelerator"), ops=ops,
                    ok=result.ok and done and all(op.loaded for op in ops), timed_out=result.timed_out,
                    busy=any(fact.get("kind") == "busy" for fact in facts), duration_s=result.duration_s,
                    budget_s=timeout_s, returncode=result.returncode, output=output, stale_locks=stale,
-                   versions=versions)
+                   versions=versions, repaired=repaired)
+
+
+def cached_build(python: str, env: Mapping[str, str], root: Path, budget_s: float) -> OpBuild | None:
+    """The build this environment (``python`` with ``env``) left in ``root``, when its torch and DeepSpeed
+    files are unchanged and every library verifies (:mod:`preflight.probe.op_cache`); None otherwise
+    (then the child runs). No torch, no child: a stat per watched file and a sha256 per library."""
+    started = time.monotonic()
+    folder = op_cache.environment_folder(str(root), op_cache.identity(python, env))
+    if folder is None or glob.glob(os.path.join(folder, "*", "lock")):
+        return None  # unknown here, or a killed build's torch lock to clear: the child does both
+    manifest = op_cache.read_manifest(folder)
+    ops = op_cache.trusted_ops(folder, manifest)
+    if manifest is None or ops is None:
+        return None
+    loads = tuple(_op({**op, "source": "verified" if op.get("library") else op.get("source")}) for op in ops)
+    versions = {key: str(manifest[key]) for key in ("torch", "deepspeed") if manifest.get(key)}
+    return OpBuild(directory=folder, accelerator=str(manifest.get("accelerator") or "") or None, ops=loads, ok=True,
+                   timed_out=False, busy=False, duration_s=time.monotonic() - started, budget_s=budget_s,
+                   returncode=None, output=f"verified {folder}/{op_cache.MANIFEST_NAME}", versions=versions)
 
 
 def _write_status(directory: Path, **status: Any) -> None:
@@ -268,8 +300,13 @@ class BackgroundOpBuild:
         self._result: list[OpBuild] = []
 
     def start(self) -> None:
-        """Take the lock (when free) and start the build in a thread."""
-        if self._thread is not None:
+        """Take the lock (when free) and start the build in a thread; or nothing at all, when the build
+        this environment left verifies (:func:`cached_build`)."""
+        if self._thread is not None or self._result:
+            return
+        cached = cached_build(self.python, self.env, self.root, self.timeout_s)
+        if cached is not None:
+            self._result.append(cached)
             return
         self._fd = try_lock(self.root)
         self._until = time.monotonic() + self.timeout_s

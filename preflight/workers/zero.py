@@ -124,9 +124,15 @@ def build_status(folder: Path) -> dict[str, Any] | None:
 def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
     """Load the ops ``deepspeed.initialize`` will ask for, as it would (same builders, same skips),
     timing each; DeepSpeed keeps them loaded (``OpBuilder._loaded_ops``) so initialize reuses them.
-    A build that failed or ran out of time in this folder is raised at once, not retried here."""
+    An op whose library the build's manifest vouches for is imported from it directly (no ninja run,
+    no compile flags worked out: :mod:`preflight.probe.op_cache`); one the manifest does not list is
+    loaded by DeepSpeed itself. A build that failed or ran out of time in this folder is raised at
+    once, not retried here; a library that no longer verifies is raised with how to clear it."""
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
+
+    from preflight.probe import op_cache
+    from preflight.probe.op_build_child import import_library
 
     folder, lock = ops_folder()
     os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)  # torch reads it when it loads (_get_build_directory)
@@ -136,6 +142,8 @@ def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
         status = build_status(folder)
         if status is not None and not status.get("ok"):
             raise OpBuildError(f"DeepSpeed's ops were not built by preflight ({folder}): {status.get('error')}")
+        vouched = {str(op.get("name")): op for op in (status or {}).get("ops") or ()
+                   if isinstance(op, dict) and op.get("library")}
         for entry in ZERO_BUILDERS:
             builder = accelerator.create_op_builder(entry["builder"])
             if builder is None or (entry.get("optional")
@@ -143,8 +151,17 @@ def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
                 continue
             ctx.progress(f"{phases.OP_LOAD}: {builder.name}")
             start = time.perf_counter()
-            builder.load(verbose=False)
-            loaded.append({"op": builder.name, "seconds": round(time.perf_counter() - start, 3)})
+            record = vouched.get(builder.name)
+            if record is None:
+                builder.load(verbose=False)
+            else:
+                problem = op_cache.library_problem(str(folder), record)
+                if problem is not None:
+                    raise OpBuildError(f"DeepSpeed's op {builder.name} in preflight's cache is damaged ({problem}); "
+                                       f"the next preflight run builds it again, or remove {folder}")
+                import_library(builder, str(folder))
+            loaded.append({"op": builder.name, "seconds": round(time.perf_counter() - start, 3),
+                           "from": "manifest" if record is not None else "deepspeed"})
     return loaded
 
 
