@@ -90,6 +90,21 @@ class JobTorch:
                 "wheels": dict(self.wheels), "problem": self.problem}
 
 
+DEEPSPEED_TIMEOUT_S = 15.0  # package metadata only: no torch import
+
+
+def read_job_deepspeed(transports: Transports, timeout_s: float = DEEPSPEED_TIMEOUT_S) -> str | None:
+    """The job's DeepSpeed version from its interpreter's package metadata (nothing imported), None when it
+    has none or does not answer; for plans made before the job's torch answers."""
+    result = transports.run([*torch_probe_argv(transports.python), "deepspeed"], timeout_s=timeout_s,
+                            env=dict(transports.environ))
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1]) if result.ok else None
+    except (ValueError, IndexError):
+        return None
+    return str(found["version"]) if isinstance(found, dict) and found.get("version") else None
+
+
 def from_child_output(python: str, data: Mapping[str, Any]) -> JobTorch:
     """The facts from the child's JSON."""
     base = JobTorch(python=str(data.get("python") or python), python_version=data.get("python_version"),

@@ -131,4 +131,5 @@ if __name__ == "__main__":
     import warnings
 
     warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy": reported as a fact, not noise
-    print(json.dumps(facts()))
+    # ``deepspeed``: only where DeepSpeed is (no torch import), for plans made before torch answers
+    print(json.dumps(_deepspeed() if sys.argv[1:] == ["deepspeed"] else facts()))
