@@ -21,8 +21,8 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from preflight.node.torch import JobTorch, JobTorchAnswer
