@@ -163,25 +163,26 @@ def test_remove_stale_locks_only_when_no_preflight_process_holds_the_directory(t
     folder = tmp_path / "py311_x_cpu"
     (folder / "fused_adam").mkdir(parents=True)
     (folder / "fused_adam" / "lock").write_text("")
-    assert remove_stale_locks(tmp_path, folder) == []  # no preflight lock file: not a root preflight built in
-    (tmp_path / LOCK_NAME).write_text("")
-    fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR)
+    assert remove_stale_locks(folder) == []  # no preflight lock file: not a folder preflight built in
+    (folder / LOCK_NAME).write_text("")
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # a rehearsal's rank loading its ops
-        assert remove_stale_locks(tmp_path, folder) == [] and (folder / "fused_adam" / "lock").exists()
+        assert remove_stale_locks(folder) == [] and (folder / "fused_adam" / "lock").exists()
     finally:
         os.close(fd)
-    assert remove_stale_locks(tmp_path, folder) == [str(folder / "fused_adam" / "lock")]
+    assert remove_stale_locks(folder) == [str(folder / "fused_adam" / "lock")]
 
 
 def test_a_background_build_holds_the_lock_the_ranks_wait_on(tmp_path: Path) -> None:
-    """Beside a rehearsal launch: the lock is taken before start() returns, released when the build ends
-    (an environment this cache has not seen: its build child runs)."""
+    """Beside a rehearsal launch: the run's lock is taken before start() returns, released when the build
+    ends (an environment this cache has not seen: its build child runs). Another preflight's build in
+    another folder holds no lock of this run's (issue 27: one root lock made runs wait on each other)."""
     env = {**_cached_env(), "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
-    root = extensions_root(env)
-    build = BackgroundOpBuild(BUILD_TIMEOUT_S, env=env)
+    run_lock = tmp_path / "logs" / "op-build.lock"
+    build = BackgroundOpBuild(BUILD_TIMEOUT_S, env=env, run_lock=run_lock)
     build.start()
-    fd = os.open(root / LOCK_NAME, os.O_RDWR)
+    fd = os.open(run_lock, os.O_RDWR)
     try:
         with pytest.raises(BlockingIOError):
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # what a rank's deepspeed_ops phase waits on
@@ -193,8 +194,9 @@ def test_a_background_build_holds_the_lock_the_ranks_wait_on(tmp_path: Path) -> 
 
 
 def test_a_directory_held_by_another_preflight_is_reported_busy(tmp_path: Path) -> None:
-    (tmp_path / LOCK_NAME).write_text("")
-    fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR)
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / LOCK_NAME).write_text("")
+    fd = os.open(tmp_path / "build" / LOCK_NAME, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         build = build_ops(timeout_s=90, root=tmp_path, directory=tmp_path / "build", env=_cached_env())

@@ -8,9 +8,10 @@ there left torch's build lock behind in the user's own ``~/.cache/torch_extensio
 build runs once, in a child process with its own budget (``--op-build-timeout``), in a directory
 of preflight's own (:func:`extensions_root`; the ranks find the same folder from the same
 environment). :class:`BackgroundOpBuild` starts it together with the rehearsal launch, holding the
-root's lock from the start: the launch's ``deepspeed_ops`` phase waits on that lock while the DDP,
-sweep and FSDP phases run, then loads the built ops. Compiled objects survive a killed build (ninja
-keeps finished outputs), so the next run resumes rather than starts over.
+run's build lock from the start: the launch's ``deepspeed_ops`` phase waits on that lock while the
+DDP, sweep and FSDP phases run, then loads the built ops. Compiled objects survive a killed build
+(ninja keeps finished outputs), so the next run resumes rather than starts over. A build this
+environment left and that still verifies (:mod:`preflight.probe.op_cache`) starts no child at all.
 
 The child is ``op_build_child.py`` (its docstring cites the DeepSpeed and torch lines it follows);
 it runs as a plain file so it needs nothing but torch and DeepSpeed in the job's environment.
@@ -40,7 +41,9 @@ EXTENSIONS_DIR_ENV = "PREFLIGHT_TORCH_EXTENSIONS_DIR"
 CHILD = Path(__file__).with_name("op_build_child.py")
 MARK = "PREFLIGHT_OP_BUILD"
 LOCK_NAME = "preflight.lock"
-"""``<root>/preflight.lock``: a build holds it exclusively, the ranks shared while they load."""
+"""``<folder>/preflight.lock``: a build holds it exclusively, the ranks shared while they load."""
+RUN_LOCK_NAME = "op-build.lock"
+"""``<report dir>/logs/op-build.lock``: held while this run's build runs beside its launch."""
 STATUS_NAME = op_cache.MANIFEST_NAME
 DEFAULT_TIMEOUT_S = 600.0
 WAITING_FOR = "DeepSpeed's op build (a first build takes minutes; later runs reuse it)"
@@ -166,26 +169,28 @@ def _op(fact: Mapping[str, Any]) -> OpLoad:
 
 
 def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-              root: Path | None = None, directory: Path | None = None, jit: bool = False, locked: bool = False,
+              root: Path | None = None, directory: Path | None = None, jit: bool = False,
               runner: CommandRunner = run_command, python: str = sys.executable,
               env: Mapping[str, str] | None = None, cpu_info: Path | None = None) -> OpBuild:
     """Load (building when needed) ``builders`` in a child interpreter under ``timeout_s``; never raises.
+    The build this environment left, when it verifies, answers without a child (:func:`cached_build`).
 
-    ``root`` holds one folder per Python/torch/DeepSpeed/accelerator/install (default
+    ``root`` holds one folder per Python/torch/DeepSpeed/accelerator/compiler (default
     :func:`extensions_root`); ``directory`` forces one folder (the ``--slow`` check builds in a fresh
     temporary one); ``jit`` calls ``jit_load`` so an op pre-built into the wheel is compiled anyway;
-    ``locked``: the caller holds the root's lock (:class:`BackgroundOpBuild`); ``cpu_info``: where the
-    child leaves py-cpuinfo's answer for the ranks (:func:`~preflight.probe.op_build_child.share_cpu_info`).
+    ``cpu_info``: where the child leaves py-cpuinfo's answer for the ranks
+    (:func:`~preflight.probe.op_build_child.share_cpu_info`). The child holds the folder's own lock
+    (``<folder>/preflight.lock``) exclusively while it builds there; ranks load holding it shared.
     """
     base = dict(os.environ if env is None else env)
     top = root or extensions_root(base)
-    if directory is None and not jit and not locked:
+    if directory is None and not jit:
         cached = cached_build(python, base, top, timeout_s)
         if cached is not None:
             return cached
     top.mkdir(parents=True, exist_ok=True)
     spec: dict[str, Any] = {"builders": list(builders), "jit": jit, "lock_wait_s": max(1.0, timeout_s / 2),
-                            "root": str(top), "locked": locked}
+                            "root": str(top)}
     if directory is not None:
         spec["directory"] = str(directory)
     if cpu_info is not None:
@@ -203,7 +208,7 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
                   for item in fact.get("removed") or ())
     if result.timed_out and folder:
         _write_status(Path(folder), ok=False, error=f"the build did not finish within its {timeout_s:.0f} s budget")
-        stale += tuple(_remove_locks(Path(folder)) if locked else remove_stale_locks(top, Path(folder)))
+        stale += tuple(remove_stale_locks(Path(folder)))
     output = "\n".join(part for part in (result.stdout, result.stderr) if part)
     done = any(fact.get("kind") == "done" for fact in facts)
     versions: dict[str, str] = {key: str(start[key]) for key in ("torch", "deepspeed") if key in start}
@@ -253,11 +258,11 @@ def _remove_locks(directory: Path) -> list[str]:
     return removed
 
 
-def try_lock(root: Path) -> int | None:
-    """An exclusive flock on ``<root>/preflight.lock`` taken without waiting (its fd), or None when another
-    preflight process builds or loads in ``root``."""
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+def try_lock(folder: Path, name: str = LOCK_NAME) -> int | None:
+    """An exclusive flock on ``<folder>/preflight.lock`` taken without waiting (its fd), or None when another
+    preflight process builds or loads in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -266,12 +271,12 @@ def try_lock(root: Path) -> int | None:
     return fd
 
 
-def remove_stale_locks(root: Path, directory: Path) -> list[str]:
+def remove_stale_locks(directory: Path) -> list[str]:
     """After a killed build: remove the torch build locks it left in ``directory``, if no preflight process
-    holds ``root`` (an exclusive flock taken without waiting); the paths removed."""
-    if not (root / LOCK_NAME).exists():
+    holds the folder (an exclusive flock taken without waiting); the paths removed."""
+    if not (directory / LOCK_NAME).exists():
         return []
-    fd = try_lock(root)
+    fd = try_lock(directory)
     if fd is None:
         return []
     try:
@@ -281,15 +286,18 @@ def remove_stale_locks(root: Path, directory: Path) -> list[str]:
 
 
 class BackgroundOpBuild:
-    """A build started now, beside the rehearsal launch: the root's lock is taken before :meth:`start`
-    returns (when free), so the launch's ranks, which load their ops holding it shared, wait for the
-    build rather than compile under their own deadline. :meth:`result` waits for it."""
+    """A build started now, beside the rehearsal launch. Unless the build this environment left verifies
+    (then nothing runs), this run's build lock (``run_lock``, a file of the run's own) is taken before
+    :meth:`start` returns, so the launch's ranks, which wait on it before loading their ops, wait for
+    this build rather than compile under their own deadline; a build of another folder, by another
+    preflight in another environment, never holds them up. :meth:`result` waits for it."""
 
     def __init__(self, timeout_s: float, *, root: Path | None = None, env: Mapping[str, str] | None = None,
                  runner: CommandRunner = run_command, python: str = sys.executable,
-                 cpu_info: Path | None = None) -> None:
+                 cpu_info: Path | None = None, run_lock: Path | None = None) -> None:
         self.timeout_s = timeout_s
         self.cpu_info = cpu_info
+        self.run_lock = run_lock
         self.env = dict(os.environ if env is None else env)
         self.root = root or extensions_root(self.env)
         self.runner = runner
@@ -300,7 +308,7 @@ class BackgroundOpBuild:
         self._result: list[OpBuild] = []
 
     def start(self) -> None:
-        """Take the lock (when free) and start the build in a thread; or nothing at all, when the build
+        """Take this run's build lock and start the build in a thread; or nothing at all, when the build
         this environment left verifies (:func:`cached_build`)."""
         if self._thread is not None or self._result:
             return
@@ -308,24 +316,15 @@ class BackgroundOpBuild:
         if cached is not None:
             self._result.append(cached)
             return
-        self._fd = try_lock(self.root)
+        if self.run_lock is not None:
+            self._fd = try_lock(self.run_lock.parent, self.run_lock.name)  # the run's own file: free
         self._until = time.monotonic() + self.timeout_s
         self._thread = threading.Thread(target=self._run, name="preflight-op-build", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        started = time.monotonic()
         try:
-            while self._fd is None and time.monotonic() - started < self.timeout_s / 2:
-                time.sleep(0.5)
-                self._fd = try_lock(self.root)
-            if self._fd is None:  # another preflight kept the directory: let its ranks finish
-                self._result.append(build_ops(timeout_s=max(1.0, self.timeout_s - (time.monotonic() - started)),
-                                              root=self.root, runner=self.runner, python=self.python, env=self.env,
-                                              cpu_info=self.cpu_info))
-                return
-            left = max(1.0, self.timeout_s - (time.monotonic() - started))
-            self._result.append(build_ops(timeout_s=left, root=self.root, locked=True, runner=self.runner,
+            self._result.append(build_ops(timeout_s=self.timeout_s, root=self.root, runner=self.runner,
                                           python=self.python, env=self.env, cpu_info=self.cpu_info))
         finally:
             if self._fd is not None:

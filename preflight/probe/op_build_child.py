@@ -16,18 +16,18 @@ so on a node without CUDA devices the CPU accelerator's builders (C++ only) are 
 An op DeepSpeed loads only when compatible (the shared-memory all-reduce of the CPU accelerator,
 ``deepspeed/comm/torch.py: build_shm_op``, line 47) is skipped the way DeepSpeed skips it.
 
-Locking (the extensions root is preflight's own): a build holds an exclusive ``flock`` on
-``<root>/preflight.lock`` (the parent takes it before starting this child when a rehearsal launch
-starts with the build, so the launch's ranks, which take it shared to load their ops, wait for the
-build; ``{"locked": true}`` in the spec then). Held exclusively, any torch build lock
+Locking (the extensions root is preflight's own): a build holds an exclusive ``flock`` on its
+folder's ``<dir>/preflight.lock``; the ranks of a rehearsal hold it shared while they load, so a
+build waits for loads in its folder and they for it, and builds in other folders (other
+environments, other preflight runs) never wait on each other. Held exclusively, any torch build lock
 ``<dir>/<op>/lock`` is stale: torch's ``FileBaton`` (torch 2.4-2.13: a file created with
 ``O_EXCL``, waited on while it exists) is left behind when its holder is killed, and every later
 build of that op would wait for it for ever (``_jit_compile``:
 ``FileBaton(os.path.join(build_directory, 'lock'))``, ``cpp_extension.py`` line 1697 in 2.4.1, 2345
 in 2.13.0). torch 2.14.1 holds an OS advisory lock on the same path instead (``with FileLock(...)``,
 line 2362), which the kernel releases; its file may stay, and removing it while nobody holds it is
-harmless. The build ends by writing ``<dir>/preflight-build.json`` (ok or the error, and every op's library with
-its size and sha256: :mod:`preflight.probe.op_cache`), which the ranks read before loading.
+harmless. The build ends by writing ``<dir>/preflight-build.json`` (ok or the error, and every op's
+library with its size and sha256: :mod:`preflight.probe.op_cache`), which the ranks read before loading.
 
 The cache: one folder per Python, torch build, DeepSpeed build, accelerator and compiler
 (:func:`cache_key`), not per install location, so two environments with the same torch and
@@ -162,9 +162,9 @@ def write_status(directory: str, **status: Any) -> None:
     op_cache.write_manifest(directory, **status)
 
 
-def hold_lock(root: str, wait_s: float) -> int | None:
-    """An exclusive flock on the root's preflight lock, waiting at most ``wait_s``; None if busy."""
-    fd = os.open(os.path.join(root, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
+def hold_lock(folder: str, wait_s: float) -> int | None:
+    """An exclusive flock on the folder's preflight lock, waiting at most ``wait_s``; None if busy."""
+    fd = os.open(os.path.join(folder, LOCK_NAME), os.O_RDWR | os.O_CREAT, 0o644)
     deadline = time.monotonic() + wait_s
     announced = False
     while True:
@@ -173,7 +173,7 @@ def hold_lock(root: str, wait_s: float) -> int | None:
             return fd
         except BlockingIOError:
             if not announced:
-                emit("waiting", reason="another preflight process is building or loading ops in this directory")
+                emit("waiting", reason="another preflight process is building or loading ops in this folder")
                 announced = True
             if time.monotonic() >= deadline:
                 os.close(fd)
@@ -356,8 +356,8 @@ def main(argv: list[str]) -> int:
     emit("start", directory=directory, accelerator=accelerator._name, torch=torch.__version__,
          deepspeed=deepspeed.__version__, import_s=round(time.monotonic() - start, 3),
          ds_accelerator_env=os.environ.get("DS_ACCELERATOR"))
-    fd = None if spec.get("locked") else hold_lock(root, float(spec.get("lock_wait_s", 60.0)))
-    if fd is None and not spec.get("locked"):
+    fd = hold_lock(directory, float(spec.get("lock_wait_s", 60.0)))
+    if fd is None:
         emit("busy", directory=directory)
         return 3
     try:

@@ -205,7 +205,8 @@ class PreflightTerminal:
         self._lock = threading.Lock()
         self.live = LiveLine(stream, tty=self.tty, width=self.width, lock=self._lock, launch=self._launch_status)
         self.live.busy("collecting the checks")
-        self.live.start()
+        if self.tty or not self.quiet:  # -q into a log: the problems only
+            self.live.start()
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -245,7 +246,7 @@ class PreflightTerminal:
         self.live.busy(self.titles.get(nodeid, nodeid.rsplit("::", 1)[-1]), watch_launch=nodeid in self.distributed)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
-        self.live.busy("writing the reports" if nodeid == self.last else "the next check")
+        self.live.busy("writing the reports" if nodeid == self.last else "preparing the next check")
         with self._lock:
             self.live.clear()
             self.out.flush()

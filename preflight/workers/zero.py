@@ -89,15 +89,15 @@ def op_build_error(ctx: WorkerContext, exc: BaseException) -> OpBuildError | Non
 
 
 @contextlib.contextmanager
-def shared_ops_lock(ctx: WorkerContext, lock: Path) -> Iterator[None]:
-    """Hold the extensions root's preflight lock shared; wait (saying so) while a build holds it."""
+def shared_lock(ctx: WorkerContext, lock: Path, waiting_for: str) -> Iterator[None]:
+    """Hold ``lock`` shared; wait (saying for what) while a build holds it."""
     lock.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            ctx.progress(f"{phases.OP_LOAD}: waiting for preflight's build of them ({lock.parent})")
+            ctx.progress(f"{phases.OP_LOAD}: waiting for {waiting_for}")
             fcntl.flock(fd, fcntl.LOCK_SH)
         yield
     finally:
@@ -105,11 +105,11 @@ def shared_ops_lock(ctx: WorkerContext, lock: Path) -> Iterator[None]:
 
 
 def ops_folder() -> tuple[Path, Path]:
-    """``(folder, lock)``: preflight's extensions folder for this interpreter, and its root's lock."""
+    """``(folder, lock)``: preflight's extensions folder for this interpreter, and the folder's lock."""
     from preflight.probe.op_build_child import extensions_directory
 
-    root = extensions_root(os.environ)
-    return Path(extensions_directory(str(root))), root / LOCK_NAME
+    folder = Path(extensions_directory(str(extensions_root(os.environ))))
+    return folder, folder / LOCK_NAME
 
 
 def build_status(folder: Path) -> dict[str, Any] | None:
@@ -138,7 +138,7 @@ def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
     os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)  # torch reads it when it loads (_get_build_directory)
     accelerator = get_accelerator()
     loaded = []
-    with shared_ops_lock(ctx, lock):
+    with shared_lock(ctx, lock, f"another preflight's build in {folder}"):
         status = build_status(folder)
         if status is not None and not status.get("ok"):
             raise OpBuildError(f"DeepSpeed's ops were not built by preflight ({folder}): {status.get('error')}")
@@ -175,6 +175,9 @@ def ops_phase(ctx: WorkerContext) -> dict[str, Any]:
 
         share_cpu_info(ctx.args[ctx.args.index("--cpu-info") + 1])
     try:
+        if "--build-lock" in ctx.args:  # this run's build beside the launch, while it runs
+            with shared_lock(ctx, Path(ctx.args[ctx.args.index("--build-lock") + 1]), "preflight's build of them"):
+                pass
         ops = load_ops(ctx)
     except OpBuildError:
         raise  # preflight's own build failed: its status already quotes the compiler
