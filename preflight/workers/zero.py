@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -104,8 +105,10 @@ def shared_lock(ctx: WorkerContext, lock: Path, waiting_for: str) -> Iterator[No
         os.close(fd)
 
 
+@functools.lru_cache(maxsize=1)
 def ops_folder() -> tuple[Path, Path]:
-    """``(folder, lock)``: preflight's extensions folder for this interpreter, and the folder's lock."""
+    """``(folder, lock)``: preflight's extensions folder for this interpreter, and the folder's lock (worked
+    out once per rank: the key asks the compiler for its version)."""
     from preflight.probe.op_build_child import extensions_directory
 
     folder = Path(extensions_directory(str(extensions_root(os.environ))))
@@ -130,6 +133,7 @@ def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
     once, not retried here; a library that no longer verifies is raised with how to clear it."""
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
+    from deepspeed.ops.op_builder.builder import OpBuilder
 
     from preflight.probe import op_cache
     from preflight.probe.op_build_child import import_library
@@ -148,6 +152,9 @@ def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
             builder = accelerator.create_op_builder(entry["builder"])
             if builder is None or (entry.get("optional")
                                    and not deepspeed.ops.__compatible_ops__.get(builder.NAME, False)):
+                continue
+            if builder.name in OpBuilder._loaded_ops:  # an earlier phase of this rank loaded it
+                loaded.append({"op": builder.name, "seconds": 0.0, "from": "loaded"})
                 continue
             ctx.progress(f"{phases.OP_LOAD}: {builder.name}")
             start = time.perf_counter()
