@@ -284,6 +284,9 @@ def run(argv: list[str]) -> int:
         _check_junit_path(Path(converted.prometheus), "the Prometheus textfile")
     _check_scratch_locations()
     stale = report_dir / "preflight.json"
+    if not args.quiet:  # the first line within a second: pytest's start and the collection take seconds
+        print(f"preflight {preflight.__version__}: checking this node{' (a CPU rehearsal)' if args.cpu else ''}",
+              flush=True)
     code, errors = _run_pytest(pytest_argv(args, extra))
     if code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError(_usage_line(errors))

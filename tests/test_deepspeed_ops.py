@@ -11,6 +11,7 @@ import dataclasses
 import fcntl
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -62,19 +63,72 @@ def test_the_ops_are_built_once_into_preflights_cache_and_then_loaded(tmp_path: 
     assert first.directory and Path(first.directory).parent == extensions_root(env)
     assert f"_deepspeed0.19.8_{first.accelerator}_" in Path(first.directory).name
     assert {op.name for op in first.ops} == {"deepspeed_shm_comm", "fused_adam"}  # CPU accelerator, this machine
-    for op in first.ops:
-        assert op.source in ("built", "cached") and op.device == "cpu" and op.compilers == ("c++",), op
+    for op in first.ops:  # verified: an earlier test or run of this environment built them
+        assert op.source in ("built", "cached", "verified") and op.device == "cpu" and op.compilers == ("c++",), op
         assert op.module and op.module.startswith(first.directory) and op.builder_class.startswith(
             "deepspeed.ops.op_builder.cpu."), op
     assert not user_dir.exists()  # the user's own extensions directory is never touched
-    again = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)
-    assert again.ok and [op.source for op in again.ops] == ["cached", "cached"], again.tail()
+    again = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)  # no child: the manifest verifies
+    assert again.ok and [op.source for op in again.ops] == ["verified", "verified"], again.tail()
+    assert again.returncode is None and again.duration_s < 5
     verdict = judge_op_build(again)
-    assert verdict.status is Status.PASS and "loaded from preflight's cache" in verdict.summary, verdict.summary
-    assert {m.labels.get("op") for m in verdict.metrics if m.name == "op_load_time"} == {"deepspeed_shm_comm",
-                                                                                          "fused_adam"}
-    assert json.loads((Path(again.directory) / STATUS_NAME).read_text())["ok"] is True  # what the ranks read
+    assert verdict.status is Status.PASS and "found built in preflight's cache" in verdict.summary, verdict.summary
+    manifest = json.loads((Path(again.directory) / STATUS_NAME).read_text())  # what the ranks read
+    assert manifest["ok"] is True and {op["name"]: len(op["sha256"]) for op in manifest["ops"]} == {
+        "deepspeed_shm_comm": 64, "fused_adam": 64}
     assert op_build_blocker(again, "ZeRO-2") is None
+
+
+def _ninja_that_must_not_run(bin_dir: Path) -> Path:
+    """A ``ninja`` first on PATH that leaves a mark and fails: another environment, another ninja (issue 27:
+    ninja 1.13 and 1.11 read each other's log as "too old" and rebuild everything)."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    mark = bin_dir / "ninja-ran"
+    ninja = bin_dir / "ninja"
+    ninja.write_text(f'#!/bin/sh\necho "$@" >> {mark}\nexit 1\n')
+    ninja.chmod(0o755)
+    return mark
+
+
+def test_an_environment_with_another_ninja_shares_the_build_without_running_ninja(tmp_path: Path) -> None:
+    env = _cached_env()
+    assert build_ops(timeout_s=BUILD_TIMEOUT_S, env=env).ok
+    mark = _ninja_that_must_not_run(tmp_path / "bin")
+    other = {**env, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', '')}"}
+    shared = build_ops(timeout_s=BUILD_TIMEOUT_S, env=other)  # a new environment: the child finds the folder
+    assert shared.ok and [op.source for op in shared.ops] == ["cached", "cached"], shared.tail()
+    assert not mark.exists(), mark.read_text()
+    assert [op.source for op in build_ops(timeout_s=BUILD_TIMEOUT_S, env=other).ops] == ["verified", "verified"]
+
+
+def test_a_cut_library_is_built_again_instead_of_killing_the_loader(tmp_path: Path) -> None:
+    """A cached library cut short (a full disk, a killed copy): loading it killed the child with SIGBUS while
+    ninja said "no work to do", on every later run (issue 25). Now it does not verify and is linked again."""
+    warm = build_ops(timeout_s=BUILD_TIMEOUT_S, env=_cached_env())
+    assert warm.ok and warm.directory, warm.tail()
+    root = tmp_path / "root"
+    folder = root / Path(warm.directory).name
+    shutil.copytree(warm.directory, folder, symlinks=True)
+    library = folder / "deepspeed_shm_comm" / "deepspeed_shm_comm.so"
+    os.truncate(library, library.stat().st_size // 2)
+    env = {**_cached_env(), EXTENSIONS_DIR_ENV: str(root)}
+    repaired = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)
+    assert repaired.ok and repaired.returncode == 0, repaired.tail()
+    assert [op.source for op in repaired.ops] == ["built", "cached"], repaired.ops
+    assert repaired.repaired and repaired.repaired[0].startswith("deepspeed_shm_comm: "), repaired.repaired
+    verdict = judge_op_build(repaired)
+    assert verdict.status is Status.PASS and "built again 1 cached library" in verdict.summary, verdict.summary
+    assert [op.source for op in build_ops(timeout_s=BUILD_TIMEOUT_S, env=env).ops] == ["verified", "verified"]
+
+
+def test_a_loader_killed_by_a_signal_names_the_folder_to_remove() -> None:
+    ops = (OpLoad("ShareMemCommBuilder", "deepspeed_shm_comm", "cpu", "cached", 0.1, "cpu", ("c++",)),)
+    build = OpBuild("/c/py311_x_cpu", "cpu", ops, False, False, False, 14.0, 600.0, -7, "ninja: no work to do.")
+    verdict = judge_op_build(build)
+    assert verdict.status is Status.ERROR and verdict.code == "OP_BUILD_CRASHED"
+    assert "killed by SIGBUS while loading FusedAdamBuilder" in verdict.summary
+    assert verdict.remediation == ("Remove the folder (rm -rf /c/py311_x_cpu) and run preflight again: it builds "
+                                   "the ops afresh.")
 
 
 def _stale_baton(build_directory: Path) -> Path:
@@ -109,24 +163,26 @@ def test_remove_stale_locks_only_when_no_preflight_process_holds_the_directory(t
     folder = tmp_path / "py311_x_cpu"
     (folder / "fused_adam").mkdir(parents=True)
     (folder / "fused_adam" / "lock").write_text("")
-    assert remove_stale_locks(tmp_path, folder) == []  # no preflight lock file: not a root preflight built in
-    (tmp_path / LOCK_NAME).write_text("")
-    fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR)
+    assert remove_stale_locks(folder) == []  # no preflight lock file: not a folder preflight built in
+    (folder / LOCK_NAME).write_text("")
+    fd = os.open(folder / LOCK_NAME, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_SH)  # a rehearsal's rank loading its ops
-        assert remove_stale_locks(tmp_path, folder) == [] and (folder / "fused_adam" / "lock").exists()
+        assert remove_stale_locks(folder) == [] and (folder / "fused_adam" / "lock").exists()
     finally:
         os.close(fd)
-    assert remove_stale_locks(tmp_path, folder) == [str(folder / "fused_adam" / "lock")]
+    assert remove_stale_locks(folder) == [str(folder / "fused_adam" / "lock")]
 
 
-def test_a_background_build_holds_the_lock_the_ranks_wait_on() -> None:
-    """Beside a rehearsal launch: the lock is taken before start() returns, released when the build ends."""
-    env = _cached_env()
-    root = extensions_root(env)
-    build = BackgroundOpBuild(BUILD_TIMEOUT_S, env=env)
+def test_a_background_build_holds_the_lock_the_ranks_wait_on(tmp_path: Path) -> None:
+    """Beside a rehearsal launch: the run's lock is taken before start() returns, released when the build
+    ends (an environment this cache has not seen: its build child runs). Another preflight's build in
+    another folder holds no lock of this run's (issue 27: one root lock made runs wait on each other)."""
+    env = {**_cached_env(), "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run_lock = tmp_path / "logs" / "op-build.lock"
+    build = BackgroundOpBuild(BUILD_TIMEOUT_S, env=env, run_lock=run_lock)
     build.start()
-    fd = os.open(root / LOCK_NAME, os.O_RDWR)
+    fd = os.open(run_lock, os.O_RDWR)
     try:
         with pytest.raises(BlockingIOError):
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # what a rank's deepspeed_ops phase waits on
@@ -138,8 +194,9 @@ def test_a_background_build_holds_the_lock_the_ranks_wait_on() -> None:
 
 
 def test_a_directory_held_by_another_preflight_is_reported_busy(tmp_path: Path) -> None:
-    (tmp_path / LOCK_NAME).write_text("")
-    fd = os.open(tmp_path / LOCK_NAME, os.O_RDWR)
+    (tmp_path / "build").mkdir()
+    (tmp_path / "build" / LOCK_NAME).write_text("")
+    fd = os.open(tmp_path / "build" / LOCK_NAME, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         build = build_ops(timeout_s=90, root=tmp_path, directory=tmp_path / "build", env=_cached_env())

@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -73,10 +74,9 @@ def test_all_strategies_run_for_real_zero_included(tmp_path):
         assert (fsdp["status"], fsdp["code"]) == ("WARN", "FSDP_CHECKPOINT_NEEDS_NUMPY"), fsdp["summary"]
     ops = checks["test_deepspeed_ops"]
     assert ops["status"] == "PASS" and "fused_adam (CPU, c++)" in ops["summary"], ops["summary"]
-    assert {m["labels"].get("op") for m in ops["metrics"] if m["name"] == "op_load_time"} == {
-        "deepspeed_shm_comm", "fused_adam"}
-    shared = tmp_path / "reports" / LOGS / "cpu-info.json"  # py-cpuinfo asked by the build, read by the ranks
-    assert json.loads(shared.read_text()).get("arch"), shared
+    assert "deepspeed_shm_comm (CPU, c++)" in ops["summary"], ops["summary"]  # built, loaded or verified
+    loads = json.loads((tmp_path / "reports" / LOGS / "rehearsal" / "rank0.deepspeed_ops.json").read_text())
+    assert [op["from"] for op in loads["result"]["ops"]] == ["manifest", "manifest"], loads  # no ninja in a rank
     for stage in ("zero1", "zero2", "zero3"):
         zero = checks[f"test_strategy_step[{stage}]"]
         assert zero["status"] == "PASS", zero["summary"]
@@ -126,3 +126,28 @@ def test_an_unknown_strategy_is_a_usage_error(tmp_path):
     assert result.returncode == 2
     assert result.stderr.strip() == ("preflight: error: argument --strategy: unknown strategy 'zero4'; expected ddp, "
                                      "fsdp, zero1, zero2, zero3, all")
+
+
+def test_without_a_gpu_and_without_cpu_nothing_is_built_and_the_verdict_comes_in_seconds(tmp_path):
+    """No rehearsal runs (no GPU for the job, no --cpu), so no phase loads DeepSpeed's ops: none is built
+    (issue 27: 172 s of silent compiling for a NO_NVIDIA_GPU known after 4 s)."""
+    if checks_dir() != (REPO_ROOT / "checks").resolve():
+        pytest.skip(f"the installed preflight.checks is another checkout ({checks_dir()})")
+    extensions = tmp_path / "extensions"  # empty: a build would have to start from nothing
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])),
+           "PREFLIGHT_TORCH_EXTENSIONS_DIR": str(extensions)}
+    started = time.monotonic()
+    result = subprocess.run([sys.executable, "-m", "preflight", "--report-dir", str(tmp_path / "r")],
+                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=300)
+    took = time.monotonic() - started
+    report = json.loads((tmp_path / "r" / "preflight.json").read_text())
+    if report["node"]["job"]["on_gpu"]:
+        pytest.skip("this machine has a GPU for the job")
+    assert result.returncode == 1 and report["verdict"] == "NOT READY", result.stdout + result.stderr
+    ops = by_name(report)["test_deepspeed_ops"]
+    assert ops["status"] == "SKIP" and "no NVIDIA GPU for the job" in ops["summary"], ops
+    assert not extensions.exists() or not any(p.is_dir() for p in extensions.iterdir())
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("preflight ") and lines[-1].startswith("NOT READY")
+    # a build takes minutes; issue 27's bound is 15 s on a quiet machine (5-8 s here, 20 s at a load of 10)
+    assert took < 60, f"{took:.1f} s"

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import importlib.metadata
+import sys
 
 import pytest
 
 from preflight.fixtures import strategies as module
 from preflight.fixtures.strategies import StrategySelection, parse_strategies, selected_strategies, strategy_option
+from preflight.node.transports import Transports
 from preflight.report.ownership import LOGS, OWNED_MARK
 
 
@@ -46,13 +48,24 @@ def test_repeated_options_add_up_in_a_fixed_order():
 
 def test_deepspeed_is_found_by_its_metadata_without_importing_it(monkeypatch):
     monkeypatch.setattr(importlib.metadata, "version", lambda name: "0.16.4" if name == "deepspeed" else "1")
-    assert module.deepspeed_version() == "0.16.4"
+    assert module.job_deepspeed(Transports()) == "0.16.4"
 
     def absent(name: str) -> str:
         raise importlib.metadata.PackageNotFoundError(name)
 
     monkeypatch.setattr(importlib.metadata, "version", absent)
-    assert module.deepspeed_version() is None
+    assert module.job_deepspeed(Transports()) is None
+
+
+def test_the_jobs_own_interpreter_is_asked_where_it_is_another(tmp_path):
+    """``--python``: the job's DeepSpeed, not preflight's (issue 24), from its metadata alone (no import)."""
+    site = tmp_path / "site"
+    (site / "deepspeed-9.9.9.dist-info").mkdir(parents=True)
+    (site / "deepspeed-9.9.9.dist-info" / "METADATA").write_text("Name: deepspeed\nVersion: 9.9.9\n")
+    python = tmp_path / "python"  # another interpreter (this one, by another name) whose path has that DeepSpeed
+    python.symlink_to(sys.executable)
+    found = module.job_deepspeed(Transports(python=str(python), environ={"PYTHONPATH": str(site)}))
+    assert found == "9.9.9"  # PYTHONPATH comes first on the job's sys.path, and the probe keeps it
 
 
 def test_a_strategy_not_selected_skips_its_check_with_the_way_to_add_it():

@@ -172,9 +172,10 @@ def test_a_build_that_failed_beside_the_launch_is_raised_by_the_ranks_not_rebuil
     root = tmp_path / "extensions"
     failed = build_ops(timeout_s=600, root=root, env={**os.environ, "CXX": str(bin_dir / "g++")})
     assert not failed.ok and failed.failed is not None, failed.tail()
+    # the ranks run in the build's environment (the compiler is part of the folder's key)
     phase = launch_phase("preflight.workers.zero:ops_phase", nproc=2, budget_s=120, deadline_s=200,
-                         env={"PREFLIGHT_TORCH_EXTENSIONS_DIR": str(root)}, run_dir=tmp_path / "run",
-                         name="deepspeed_ops")
+                         env={"PREFLIGHT_TORCH_EXTENSIONS_DIR": str(root), "CXX": str(bin_dir / "g++")},
+                         run_dir=tmp_path / "run", name="deepspeed_ops")
     assert phase.state != "finished" and phase.ranks_in("crashed"), phase.describe()
     error = next(r.error for r in phase.ranks if r.state == "crashed") or ""
     assert "DeepSpeed's ops were not built by preflight" in error and "Error building extension" in error, error

@@ -21,6 +21,7 @@ from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import RankProgress, launch_status
 from preflight.outcome import fail, skip, warn
 from preflight.report.html import render_html
+from preflight.report.live import live_text, phase_line
 from preflight.report.model import headline
 from preflight.report.oneline import format_oneline
 from preflight.report.selection import Selection
@@ -33,8 +34,6 @@ from preflight.report.terminal import (
     gpu_list,
     gpu_reason,
     layout,
-    live_text,
-    phase_line,
     reason_lines,
     skip_lines,
     verdict_block,

@@ -170,6 +170,12 @@ CODES = (
          "The job's interpreter cannot import torch.",
          "The training job cannot start at all.",
          "Install torch in the job's environment (or point --python at the job's interpreter).", kind=Kind.BLOCKER),
+    Code("JOB_PYTHON_UNUSABLE",
+         "The job's interpreter gave no answer a Python interpreter gives: it crashed, hung past its deadline or "
+         "printed something else than the probe's answer.",
+         "The job is started with this interpreter (torchrun, its ranks), so it cannot start either.",
+         "Run the interpreter by hand (`PYTHON -c 'import torch'`) to see what it does, and point --python at the "
+         "interpreter the job really runs (by default preflight asks its own).", kind=Kind.BLOCKER),
     Code("TORCH_DEVICE_COUNT_FAILED",
          "The job's torch (a CUDA build) could not count the GPUs: CUDA initialisation failed.",
          "Every rank fails at its first CUDA call.",

@@ -48,6 +48,10 @@ def _reinstall(torch: TorchFacts, release: tuple[int, int] | None, why: str) -> 
 
 def judge_torch_build(torch: TorchFacts, gpu_count: int | None, driver: DriverFacts | None = None) -> Verdict:
     """A CPU-only (or ROCm) torch on a node with NVIDIA GPUs cannot use them: FAIL."""
+    if not torch.installed and not torch.answered:
+        return fail("JOB_PYTHON_UNUSABLE", str(torch.problem),
+                    f"Run `{torch.python or 'python'} -c 'import torch'` by hand to see what it does, and point "
+                    "--python at the interpreter the job really runs.")
     if not torch.installed:
         return fail(
             "TORCH_NOT_IMPORTABLE",

@@ -9,6 +9,7 @@ a FAIL with DeepSpeed's own message.
 
 from __future__ import annotations
 
+import signal
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -26,6 +27,17 @@ SLOW_FIX = ("Run preflight again: the build resumes from the objects already com
 REINSTALL_FIX = ("Re-install DeepSpeed against this torch: pip install --force-reinstall --no-cache-dir "
                  "--no-build-isolation deepspeed (DS_BUILD_OPS=1 to pre-build its ops again), or switch back to the "
                  "torch it was installed with.")
+
+
+def _killed(build: OpBuild) -> bool:
+    return build.returncode is not None and build.returncode < 0 and not build.timed_out
+
+
+def _signal_name(returncode: int | None) -> str:
+    try:
+        return signal.Signals(-(returncode or 0)).name
+    except ValueError:
+        return f"signal {-(returncode or 0)}"
 
 
 def _seconds(value: float) -> str:
@@ -88,21 +100,33 @@ def judge_op_build(build: OpBuild) -> Verdict:
     if not build.ok:
         lines = [line for line in build.tail(40).splitlines() if line.strip()]
         last = lines[-1] if lines else f"exit code {build.returncode}"
-        if build.accelerator is None:
+        if build.accelerator is None and not _killed(build):
             return fail("DEEPSPEED_IMPORT_FAILED", f"import deepspeed failed in the job's interpreter: {last}",
                         "Read the traceback below; a job importing DeepSpeed here crashes the same way.",
                         evidence=evidence, metrics=metrics)
+        if _killed(build):
+            pending = pending_builders(build)
+            what = f"while loading {pending[0]}" if pending else "after its last op"
+            return error(f"the op build child was killed by {_signal_name(build.returncode)} {what} ({last}): a "
+                         f"library in {where} is damaged in a way preflight's check of it did not see",
+                         code="OP_BUILD_CRASHED", evidence=evidence, metrics=metrics,
+                         remediation=f"Remove the folder (rm -rf {where}) and run preflight again: it builds the "
+                                     "ops afresh.")
         return error(f"the op build child ended without reporting every op ({last})", code="OP_BUILD_CRASHED",
                      evidence=evidence, metrics=metrics)
     built = build.built
     if built:
         first = ", ".join(f"{op.name} took {_seconds(op.seconds)}" for op in built)
-        summary = (f"first build of {who}'s ops: {first} ({describe_ops(build)}); kept in {where}, so later runs load "
+        what = "a new build of a damaged cache entry of" if build.repaired else "first build of"
+        summary = (f"{what} {who}'s ops: {first} ({describe_ops(build)}); kept in {where}, so later runs load "
                    "them in seconds - a job JIT-building into its own TORCH_EXTENSIONS_DIR pays this at its first step")
     else:
         summary = f"{who}: {describe_ops(build)}"
     if build.stale_locks:
         summary += f"; removed {len(build.stale_locks)} stale build lock(s) an interrupted build had left"
+    if build.repaired:
+        summary += (f"; built again {len(build.repaired)} cached librar{'y' if len(build.repaired) == 1 else 'ies'} "
+                    f"that no longer matched the build ({'; '.join(build.repaired)})")
     return passed(summary, metrics=metrics, evidence=evidence,
                   details={"directory": build.directory, "accelerator": build.accelerator,
                            "ops": [{"op": op.name, "source": op.source, "seconds": op.seconds, "device": op.device,

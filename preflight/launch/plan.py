@@ -45,6 +45,8 @@ class LaunchPlan:
     env: Mapping[str, str | None] = field(default_factory=dict)
     backend: str = "auto"
     startup_budget_s: float = 60.0
+    answer_torch: bool = False
+    """Rank 0 writes what the job's torch is (:data:`preflight.workers.rehearsal.TORCH_ANSWER`) before it joins."""
 
     def __post_init__(self) -> None:
         names = [p.name for p in self.phases]
@@ -80,9 +82,10 @@ class LaunchPlan:
     def only(self, names: Sequence[str]) -> LaunchPlan:
         """The same launch restricted to ``names`` (for a relaunch of the phases that did not run)."""
         kept = tuple(p for p in self.phases if p.name in names)
-        return LaunchPlan(self.name, kept, self.nproc, self.env, self.backend, self.startup_budget_s)
+        return LaunchPlan(self.name, kept, self.nproc, self.env, self.backend, self.startup_budget_s)  # no answer
 
     def write(self, path: Path, gate: Path | None) -> None:
         """Write the plan the ranks read."""
         path.write_text(json.dumps({"name": self.name, "gate": str(gate) if gate else None,
-                                    "phases": [p.as_dict() for p in self.phases]}, indent=1))
+                                    "answer_torch": self.answer_torch, "phases": [p.as_dict() for p in self.phases]},
+                                   indent=1))

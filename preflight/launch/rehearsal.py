@@ -100,7 +100,7 @@ class Rehearsal:
     def start(self) -> None:
         """Start the main launch now (call from the main thread); nothing to do without a plan."""
         if self.plan is not None and not self._runs:
-            self._launch(self.plan, "rehearsal")
+            self._launch(self.plan, self.main_dir.name)
 
     def _launch(self, plan: LaunchPlan, name: str) -> _Running | None:
         deadline, reason = self.budget.for_launch()
@@ -213,6 +213,15 @@ class Rehearsal:
             result = running.result[0]
         self._separate[label] = result
         return result
+
+    @property
+    def main_dir(self) -> Path:
+        """The main launch's run directory."""
+        return self.logs_dir / "rehearsal"
+
+    def running(self) -> bool:
+        """Whether a launch is in flight now."""
+        return any(not r.done() for r in self._runs)
 
     def current(self) -> tuple[str, str] | None:
         """(phase, label) of the launch in flight, for a live status line."""

@@ -1,9 +1,10 @@
 """One picture of the node: built once per run from one bundle of transports, answers cached and typed.
 
 Every check and the report take their facts from here, so no two places can disagree about the node.
-Two facts take a child process each and are started the moment the node is built, side by side: the
-NVML snapshot (one bounded walk, :mod:`preflight.probe.nvml_probe`) and the job's torch (asked in the
-job's interpreter, :mod:`preflight.node.torch`). Everything else is derived, on first use:
+The NVML snapshot (one bounded walk, :mod:`preflight.probe.nvml_probe`) is started the moment the
+node is built; the job's torch (asked in the job's interpreter, :mod:`preflight.node.torch`) by the
+rehearsal launch's rank 0 when a launch starts, else by a probe child. Everything else is derived,
+on first use:
 
 - :attr:`Node.visible` and :attr:`Node.visible_gpus`: what ``CUDA_VISIBLE_DEVICES`` and
   ``CUDA_DEVICE_ORDER`` leave of NVML's GPUs, **in CUDA order** (cuda0 first);
@@ -24,16 +25,18 @@ job's interpreter, :mod:`preflight.node.torch`). Everything else is derived, on 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
+from pathlib import Path
 from typing import Any, Generic, TypeVar
 
 from preflight.node.cuda import CudaFacts, cuda_facts
 from preflight.node.devices import CudaDevice, job_devices
 from preflight.node.fabric import Fabric, JobTopology, Layout, fabric_from, job_topology
 from preflight.node.host import HostFacts
-from preflight.node.torch import JobTorch, read_job_torch
+from preflight.node.torch import JobTorch, JobTorchAnswer
 from preflight.node.transports import Transports
 from preflight.parse.visible_devices import (
     DEVICE_ORDER_VAR,
@@ -51,6 +54,7 @@ from preflight.probe.nvml_probe import NVML_TIMEOUT_S, probe_failed_error, take_
 from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 from preflight.probe.pci import PciGpus, nvidia_gpus_on_pci
 from preflight.probe.topology import SMI_TIMEOUT_S, SmiTopology, read_smi_topology
+from preflight.waits import waiting
 
 CPU_RANKS = 2  # a CPU rehearsal on gloo: two ranks are the least that exercise a collective
 AFTER_HUNG_DRIVER_S = 5.0
@@ -62,9 +66,12 @@ T = TypeVar("T")
 class _Background(Generic[T]):
     """A fact gathered in a thread started now; :meth:`get` waits for it."""
 
-    def __init__(self, name: str, gather: Callable[[], T], on_error: Callable[[str], T]) -> None:
+    def __init__(self, name: str, gather: Callable[[], T], on_error: Callable[[str], T], *, waiting_for: str = "",
+                 timeout_s: float | None = None) -> None:
         self._found: list[T] = []
         self._on_error = on_error
+        self._what = waiting_for  # what a reader waits for, for the live line (preflight.waits)
+        self._until = time.monotonic() + timeout_s if timeout_s is not None else None
         self._thread = threading.Thread(target=self._gather, args=(gather,), name=name, daemon=True)
         self._thread.start()
 
@@ -75,6 +82,9 @@ class _Background(Generic[T]):
             self._found.append(self._on_error(f"{type(exc).__name__}: {exc}"))
 
     def get(self) -> T:
+        if self._what and self._thread.is_alive():
+            with waiting(self._what, self._until):
+                self._thread.join()
         self._thread.join()
         return self._found[0] if self._found else self._on_error("the probe ended without an answer")
 
@@ -149,14 +159,18 @@ class Node:
         self.transports = transports
         self.nproc = nproc
         self.cpu_rehearsal = cpu
-        self._nvml = _Background("preflight-nvml-probe",
-                                 lambda: take_snapshot(transports.nvml, timeout_s=nvml_timeout_s(),
-                                                       runner=transports.run),
+        self._torch = JobTorchAnswer(transports)  # asked by the launch's rank 0, else by the probe child
+
+        def nvml_then_torch() -> NvmlSnapshot:
+            snapshot = take_snapshot(transports.nvml, timeout_s=nvml_timeout_s(), runner=transports.run)
+            if not snapshot.gpus and not cpu:
+                self._torch.probe()  # no launch is planned from NVML: torch decides the job, ask it now
+            return snapshot
+
+        self._nvml = _Background("preflight-nvml-probe", nvml_then_torch,
                                  lambda why: NvmlSnapshot(label=transports.nvml.label,
-                                                          error=probe_failed_error(why)))
-        self._torch = _Background("preflight-torch-probe", lambda: read_job_torch(transports),
-                                  lambda why: JobTorch(python=transports.python,
-                                                       problem=f"the torch probe failed: {why}"))
+                                                          error=probe_failed_error(why)),
+                                 waiting_for="NVML (the GPU walk)", timeout_s=nvml_timeout_s())
         self._smi: SmiTopology | None = None
 
     # -- the two probed facts -----------------------------------------------------------------------
@@ -170,6 +184,15 @@ class Node:
     def torch(self) -> JobTorch:
         """The job's torch, asked in the job's interpreter."""
         return self._torch.get()
+
+    def torch_answered_by(self, answer: Path, running: Callable[[], bool]) -> bool:
+        """A launch is starting in the job's interpreter: its rank 0 answers the job's torch in ``answer``
+        (the probe child is asked only if the launch ends without it); False when already asked."""
+        return self._torch.from_launch(answer, running)
+
+    def ask_torch(self) -> None:
+        """No launch will answer: ask the probe child now, beside the rest of the run."""
+        self._torch.probe()
 
     # -- what the job sees ----------------------------------------------------------------------------
 

@@ -1,28 +1,43 @@
-"""What the job's torch is and sees, asked once in a child of the job's interpreter.
+"""What the job's torch is and sees, asked once in the job's interpreter.
 
 preflight never imports torch to answer this: the job may run another interpreter (``--python``),
 and a child keeps CUDA out of the pytest process (torch initialises it for ``MIG-`` device lists).
-The child is :mod:`preflight.probe.torch_child`, run as a script through the command transport,
-under a deadline.
+The question is :func:`preflight.probe.torch_child.facts`, asked by one of two processes
+(:class:`JobTorchAnswer`):
+
+- rank 0 of the rehearsal launch, when one starts: its ranks import the job's torch in the job's
+  interpreter anyway, so rank 0 answers before it joins the process group
+  (:data:`preflight.workers.rehearsal.TORCH_ANSWER`); a probe of our own would be one more
+  ``import torch`` (3 CPU-s) on the cores the launch is starting on;
+- otherwise the probe child, run as a script through the command transport, under a deadline (also
+  when the launch ends or stalls without an answer, and whenever the command transport is not the
+  real one: a test that answers the probe at the command layer gets its answer).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import threading
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from preflight.node.transports import Transports
+from preflight.probe.command import run_command
+from preflight.probe.job_python import script_argv
+from preflight.waits import waiting
 
 CHILD = Path(__file__).resolve().parent.parent / "probe" / "torch_child.py"
 TIMEOUT_S = 90.0  # a cold import of a CUDA torch from a network filesystem takes tens of seconds
+PROBE_RESERVE_S = 15.0  # of TIMEOUT_S, kept for the probe child when the launch's rank 0 has not answered
 
 
 def torch_probe_argv(python: str) -> list[str]:
-    """``python -I .../torch_child.py``: isolated mode, so the working directory cannot shadow packages."""
-    return [python, "-I", str(CHILD)]
+    """The child with the job's ``sys.path`` (``PYTHONPATH`` and the user site kept, the working directory
+    and preflight's own folders off it: :mod:`preflight.probe.job_python`)."""
+    return script_argv(python, CHILD)
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +62,7 @@ class JobTorch:
     deepspeed_version: str | None = None  # the job's DeepSpeed (package metadata), None when absent
     deepspeed_roots: tuple[str, ...] = ()  # folders holding its files (its build rule, pre-built ops)
     problem: str | None = None
+    answered: bool = True  # False: the interpreter itself gave no usable answer (crashed, hung, printed junk)
 
     @property
     def installed(self) -> bool:
@@ -72,6 +88,21 @@ class JobTorch:
                 "device_count": self.device_count, "device_count_error": self.device_count_error,
                 "distributed": self.distributed, "fsdp2_api": self.fsdp2_api, "numpy_problem": self.numpy_problem,
                 "wheels": dict(self.wheels), "problem": self.problem}
+
+
+DEEPSPEED_TIMEOUT_S = 15.0  # package metadata only: no torch import
+
+
+def read_job_deepspeed(transports: Transports, timeout_s: float = DEEPSPEED_TIMEOUT_S) -> str | None:
+    """The job's DeepSpeed version from its interpreter's package metadata (nothing imported), None when it
+    has none or does not answer; for plans made before the job's torch answers."""
+    result = transports.run([*torch_probe_argv(transports.python), "deepspeed"], timeout_s=timeout_s,
+                            env=dict(transports.environ))
+    try:
+        found = json.loads(result.stdout.strip().splitlines()[-1]) if result.ok else None
+    except (ValueError, IndexError):
+        return None
+    return str(found["version"]) if isinstance(found, dict) and found.get("version") else None
 
 
 def from_child_output(python: str, data: Mapping[str, Any]) -> JobTorch:
@@ -101,18 +132,108 @@ def _deepspeed_fields(found: Any) -> dict[str, Any]:
 
 def read_job_torch(transports: Transports, timeout_s: float = TIMEOUT_S) -> JobTorch:
     """Ask the job's interpreter; a failure to answer is a fact (``problem``), never an exception."""
-    result = transports.run(torch_probe_argv(transports.python), timeout_s=timeout_s, env=dict(transports.environ))
+    python = transports.python
+    result = transports.run(torch_probe_argv(python), timeout_s=timeout_s, env=dict(transports.environ))
     if not result.ok:
         detail = result.describe_failure()
         tail = result.stderr.strip().splitlines()[-1:]
         if tail and tail[0] not in detail:
             detail = f"{detail}: {tail[0]}"
-        return JobTorch(python=transports.python, problem=detail)
+        return JobTorch(python=python, problem=f"the job's interpreter {python} did not answer: {detail}",
+                        answered=False)
     try:
         data = json.loads(result.stdout.strip().splitlines()[-1])
     except (ValueError, IndexError):
-        return JobTorch(python=transports.python, problem=f"unexpected answer from the torch probe: "
-                                                          f"{result.stdout.strip()[:200]!r}")
+        data = None
     if not isinstance(data, dict):
-        return JobTorch(python=transports.python, problem="unexpected answer from the torch probe")
-    return from_child_output(transports.python, data)
+        return JobTorch(python=python, answered=False,
+                        problem=f"the job's interpreter {python} gave no answer a Python interpreter gives: "
+                                f"{result.stdout.strip()[:200]!r}")
+    return from_child_output(python, data)
+
+
+ANSWER_POLL_S = 0.05
+
+
+class JobTorchAnswer:
+    """The job's torch, asked once, by the launch's rank 0 or by the probe child (see the module's
+    docstring). Nothing runs until :meth:`from_launch`, :meth:`probe` or :meth:`get` decides; a fake
+    command transport decides at once (the probe, through it)."""
+
+    def __init__(self, transports: Transports, timeout_s: float = TIMEOUT_S) -> None:
+        self._transports = transports
+        self._timeout_s = timeout_s
+        self._created = time.monotonic()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._found: list[JobTorch] = []
+        self.source = ""
+        if transports.run is not run_command:
+            self.probe()
+
+    @property
+    def until(self) -> float:
+        """When the answer comes at the latest (``time.monotonic()``)."""
+        return self._created + self._timeout_s
+
+    def _start(self, source: str, gather: Callable[[], JobTorch]) -> bool:
+        with self._lock:
+            if self._thread is not None:
+                return False
+            self.source = source
+            self._thread = threading.Thread(target=self._gather, args=(gather,), name="preflight-torch-answer",
+                                            daemon=True)
+            self._thread.start()
+            return True
+
+    def _gather(self, gather: Callable[[], JobTorch]) -> None:
+        try:
+            self._found.append(gather())
+        except Exception as exc:  # noqa: BLE001 - a probe that failed is a fact about the node, never a crash
+            self._found.append(JobTorch(python=self._transports.python, problem=f"the torch probe failed: {exc}",
+                                        answered=False))
+
+    def probe(self) -> bool:
+        """Ask the probe child now (unless an answer is already on its way)."""
+        return self._start("probe", lambda: read_job_torch(self._transports, self._left()))
+
+    def from_launch(self, answer: Path, running: Callable[[], bool]) -> bool:
+        """Let the launch's rank 0 answer in ``answer``; the probe child is asked after all when the
+        launch ends without it or the deadline nears. False when the probe was already asked."""
+        return self._start("rank 0 of the rehearsal launch", lambda: self._from_rank(answer, running))
+
+    def _left(self) -> float:
+        return max(5.0, self.until - time.monotonic())
+
+    def _from_rank(self, answer: Path, running: Callable[[], bool]) -> JobTorch:
+        while time.monotonic() < self.until - PROBE_RESERVE_S:
+            try:
+                data = json.loads(answer.read_text())
+            except (OSError, ValueError):
+                data = None
+            if isinstance(data, dict) and "unanswered" not in data:
+                return from_child_output(self._transports.python, data)
+            if isinstance(data, dict):
+                break  # the rank could not ask: the probe child asks instead
+            if not running():
+                break
+            time.sleep(ANSWER_POLL_S)
+        self.source = "probe"
+        return read_job_torch(self._transports, self._left())
+
+    def ready(self) -> bool:
+        """Whether :meth:`get` would answer at once."""
+        return bool(self._found)
+
+    def get(self) -> JobTorch:
+        """The answer (asking the probe child now when nothing was decided yet), waited for."""
+        self.probe()
+        thread = self._thread
+        assert thread is not None
+        if thread.is_alive():
+            with waiting(f"the job's torch (import torch in {self._transports.python}, asked by {self.source})",
+                         self.until):
+                thread.join()
+        thread.join()
+        return self._found[0] if self._found else JobTorch(python=self._transports.python, answered=False,
+                                                           problem="the torch probe ended without an answer")

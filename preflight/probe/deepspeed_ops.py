@@ -8,9 +8,10 @@ there left torch's build lock behind in the user's own ``~/.cache/torch_extensio
 build runs once, in a child process with its own budget (``--op-build-timeout``), in a directory
 of preflight's own (:func:`extensions_root`; the ranks find the same folder from the same
 environment). :class:`BackgroundOpBuild` starts it together with the rehearsal launch, holding the
-root's lock from the start: the launch's ``deepspeed_ops`` phase waits on that lock while the DDP,
-sweep and FSDP phases run, then loads the built ops. Compiled objects survive a killed build (ninja
-keeps finished outputs), so the next run resumes rather than starts over.
+run's build lock from the start: the launch's ``deepspeed_ops`` phase waits on that lock while the
+DDP, sweep and FSDP phases run, then loads the built ops. Compiled objects survive a killed build
+(ninja keeps finished outputs), so the next run resumes rather than starts over. A build this
+environment left and that still verifies (:mod:`preflight.probe.op_cache`) starts no child at all.
 
 The child is ``op_build_child.py`` (its docstring cites the DeepSpeed and torch lines it follows);
 it runs as a plain file so it needs nothing but torch and DeepSpeed in the job's environment.
@@ -32,15 +33,21 @@ from pathlib import Path
 from typing import Any
 
 from preflight.locations import cache_folder
+from preflight.probe import op_cache
 from preflight.probe.command import CommandRunner, run_command
+from preflight.probe.job_python import script_argv
+from preflight.waits import waiting
 
 EXTENSIONS_DIR_ENV = "PREFLIGHT_TORCH_EXTENSIONS_DIR"
 CHILD = Path(__file__).with_name("op_build_child.py")
 MARK = "PREFLIGHT_OP_BUILD"
 LOCK_NAME = "preflight.lock"
-"""``<root>/preflight.lock``: a build holds it exclusively, the ranks shared while they load."""
-STATUS_NAME = "preflight-build.json"
+"""``<folder>/preflight.lock``: a build holds it exclusively, the ranks shared while they load."""
+RUN_LOCK_NAME = "op-build.lock"
+"""``<report dir>/logs/op-build.lock``: held while this run's build runs beside its launch."""
+STATUS_NAME = op_cache.MANIFEST_NAME
 DEFAULT_TIMEOUT_S = 600.0
+WAITING_FOR = "DeepSpeed's op build (a first build takes minutes; later runs reuse it)"
 
 ZERO_BUILDERS: tuple[dict[str, Any], ...] = (
     # deepspeed/comm/torch.py TorchBackend.__init__ -> build_shm_op(): CPU accelerator only, loaded
@@ -51,11 +58,6 @@ ZERO_BUILDERS: tuple[dict[str, Any], ...] = (
     {"builder": "FusedAdamBuilder"},
 )
 """The ops ``deepspeed.initialize`` loads for the rehearsal's config, in the order it loads them."""
-
-# python -c: the child's own folder must not come first on sys.path (preflight/probe/deepspeed.py
-# would shadow the real package), nor the working directory (a stray ./torch would).
-_BOOT = ("import runpy, sys; sys.path[:] = [p for p in sys.path[1:] if p not in ('', '.')]; "
-         "sys.argv = sys.argv[1:]; runpy.run_path(sys.argv[0], run_name='__main__')")
 
 
 def extensions_root(env: Mapping[str, str] | None = None) -> Path:
@@ -78,8 +80,9 @@ class OpLoad:
     name: str
     accelerator: str
     source: str
-    """``built`` (compiled now), ``cached`` (built before, loaded), ``prebuilt`` (in the wheel),
-    ``failed``, ``incompatible`` or ``absent`` (DeepSpeed would not load it here either)."""
+    """``built`` (compiled now), ``cached`` (built before, loaded), ``verified`` (built before, its library
+    checked against the manifest without starting a child), ``prebuilt`` (in the wheel), ``failed``,
+    ``incompatible`` or ``absent`` (DeepSpeed would not load it here either)."""
     seconds: float = 0.0
     device: str = ""
     """``cuda`` when nvcc compiled it, ``cpu`` for a C++-only build."""
@@ -102,6 +105,8 @@ class OpLoad:
         what = f"{self.name} ({self.device.upper() or '?'}, {tools})"
         if self.source == "failed":
             return f"{self.name or self.builder} failed after {self.seconds:.0f} s: {self.error}"
+        if self.source == "verified":
+            return f"{what} found built in preflight's cache (size and sha256 as the build left them)"
         verb = {"built": "built in", "cached": "loaded from preflight's cache in",
                 "prebuilt": "loaded pre-built from the DeepSpeed wheel in"}.get(self.source, self.source)
         return f"{what} {verb} {_seconds(self.seconds)}"
@@ -127,6 +132,8 @@ class OpBuild:
     output: str
     stale_locks: tuple[str, ...] = ()
     versions: Mapping[str, str] | None = None
+    repaired: tuple[str, ...] = ()
+    """Cached libraries that did not verify (cut short, changed) and were built again."""
 
     @property
     def built(self) -> tuple[OpLoad, ...]:
@@ -165,29 +172,37 @@ def _op(fact: Mapping[str, Any]) -> OpLoad:
 
 
 def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_s: float = DEFAULT_TIMEOUT_S,
-              root: Path | None = None, directory: Path | None = None, jit: bool = False, locked: bool = False,
+              root: Path | None = None, directory: Path | None = None, jit: bool = False,
               runner: CommandRunner = run_command, python: str = sys.executable,
               env: Mapping[str, str] | None = None, cpu_info: Path | None = None) -> OpBuild:
     """Load (building when needed) ``builders`` in a child interpreter under ``timeout_s``; never raises.
+    The build this environment left, when it verifies, answers without a child (:func:`cached_build`).
 
-    ``root`` holds one folder per Python/torch/DeepSpeed/accelerator/install (default
+    ``root`` holds one folder per Python/torch/DeepSpeed/accelerator/compiler (default
     :func:`extensions_root`); ``directory`` forces one folder (the ``--slow`` check builds in a fresh
     temporary one); ``jit`` calls ``jit_load`` so an op pre-built into the wheel is compiled anyway;
-    ``locked``: the caller holds the root's lock (:class:`BackgroundOpBuild`); ``cpu_info``: where the
-    child leaves py-cpuinfo's answer for the ranks (:func:`~preflight.probe.op_build_child.share_cpu_info`).
+    ``cpu_info``: where the child leaves py-cpuinfo's answer for the ranks
+    (:func:`~preflight.probe.op_build_child.share_cpu_info`). The child holds the folder's own lock
+    (``<folder>/preflight.lock``) exclusively while it builds there; ranks load holding it shared.
     """
     base = dict(os.environ if env is None else env)
     top = root or extensions_root(base)
+    if directory is None and not jit:
+        cached = cached_build(python, base, top, timeout_s)
+        if cached is not None:
+            return cached
     top.mkdir(parents=True, exist_ok=True)
     spec: dict[str, Any] = {"builders": list(builders), "jit": jit, "lock_wait_s": max(1.0, timeout_s / 2),
-                            "root": str(top), "locked": locked}
+                            "root": str(top)}
     if directory is not None:
         spec["directory"] = str(directory)
     if cpu_info is not None:
         spec["cpu_info"] = str(cpu_info)
+    if directory is None:  # the child remembers the folder for this environment (see cached_build)
+        spec["identity"] = op_cache.identity(python, base)
     child_env = {**base, "PYTHONUNBUFFERED": "1"}
     child_env.pop("TORCH_EXTENSIONS_DIR", None)  # the child sets its own; never the user's
-    result = runner([python, "-c", _BOOT, str(CHILD), json.dumps(spec)], timeout_s=timeout_s, env=child_env)
+    result = runner(script_argv(python, CHILD, json.dumps(spec)), timeout_s=timeout_s, env=child_env)
     facts = parse_child_output(result.stdout)
     start = next((fact for fact in facts if fact.get("kind") == "start"), {})
     folder = start.get("directory")
@@ -196,15 +211,35 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
                   for item in fact.get("removed") or ())
     if result.timed_out and folder:
         _write_status(Path(folder), ok=False, error=f"the build did not finish within its {timeout_s:.0f} s budget")
-        stale += tuple(_remove_locks(Path(folder)) if locked else remove_stale_locks(top, Path(folder)))
+        stale += tuple(remove_stale_locks(Path(folder)))
     output = "\n".join(part for part in (result.stdout, result.stderr) if part)
     done = any(fact.get("kind") == "done" for fact in facts)
     versions: dict[str, str] = {key: str(start[key]) for key in ("torch", "deepspeed") if key in start}
+    repaired = tuple(f"{fact.get('name')}: {fact.get('problem')}" for fact in facts if fact.get("kind") == "damaged")
     return OpBuild(directory=folder, accelerator=start.get("accelerator"), ops=ops,
                    ok=result.ok and done and all(op.loaded for op in ops), timed_out=result.timed_out,
                    busy=any(fact.get("kind") == "busy" for fact in facts), duration_s=result.duration_s,
                    budget_s=timeout_s, returncode=result.returncode, output=output, stale_locks=stale,
-                   versions=versions)
+                   versions=versions, repaired=repaired)
+
+
+def cached_build(python: str, env: Mapping[str, str], root: Path, budget_s: float) -> OpBuild | None:
+    """The build this environment (``python`` with ``env``) left in ``root``, when its torch and DeepSpeed
+    files are unchanged and every library verifies (:mod:`preflight.probe.op_cache`); None otherwise
+    (then the child runs). No torch, no child: a stat per watched file and a sha256 per library."""
+    started = time.monotonic()
+    folder = op_cache.environment_folder(str(root), op_cache.identity(python, env))
+    if folder is None or glob.glob(os.path.join(folder, "*", "lock")):
+        return None  # unknown here, or a killed build's torch lock to clear: the child does both
+    manifest = op_cache.read_manifest(folder)
+    ops = op_cache.trusted_ops(folder, manifest)
+    if manifest is None or ops is None:
+        return None
+    loads = tuple(_op({**op, "source": "verified" if op.get("library") else op.get("source")}) for op in ops)
+    versions = {key: str(manifest[key]) for key in ("torch", "deepspeed") if manifest.get(key)}
+    return OpBuild(directory=folder, accelerator=str(manifest.get("accelerator") or "") or None, ops=loads, ok=True,
+                   timed_out=False, busy=False, duration_s=time.monotonic() - started, budget_s=budget_s,
+                   returncode=None, output=f"verified {folder}/{op_cache.MANIFEST_NAME}", versions=versions)
 
 
 def _write_status(directory: Path, **status: Any) -> None:
@@ -226,11 +261,11 @@ def _remove_locks(directory: Path) -> list[str]:
     return removed
 
 
-def try_lock(root: Path) -> int | None:
-    """An exclusive flock on ``<root>/preflight.lock`` taken without waiting (its fd), or None when another
-    preflight process builds or loads in ``root``."""
-    root.mkdir(parents=True, exist_ok=True)
-    fd = os.open(root / LOCK_NAME, os.O_RDWR | os.O_CREAT, 0o644)
+def try_lock(folder: Path, name: str = LOCK_NAME) -> int | None:
+    """An exclusive flock on ``<folder>/preflight.lock`` taken without waiting (its fd), or None when another
+    preflight process builds or loads in ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    fd = os.open(folder / name, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
@@ -239,12 +274,12 @@ def try_lock(root: Path) -> int | None:
     return fd
 
 
-def remove_stale_locks(root: Path, directory: Path) -> list[str]:
+def remove_stale_locks(directory: Path) -> list[str]:
     """After a killed build: remove the torch build locks it left in ``directory``, if no preflight process
-    holds ``root`` (an exclusive flock taken without waiting); the paths removed."""
-    if not (root / LOCK_NAME).exists():
+    holds the folder (an exclusive flock taken without waiting); the paths removed."""
+    if not (directory / LOCK_NAME).exists():
         return []
-    fd = try_lock(root)
+    fd = try_lock(directory)
     if fd is None:
         return []
     try:
@@ -254,44 +289,45 @@ def remove_stale_locks(root: Path, directory: Path) -> list[str]:
 
 
 class BackgroundOpBuild:
-    """A build started now, beside the rehearsal launch: the root's lock is taken before :meth:`start`
-    returns (when free), so the launch's ranks, which load their ops holding it shared, wait for the
-    build rather than compile under their own deadline. :meth:`result` waits for it."""
+    """A build started now, beside the rehearsal launch. Unless the build this environment left verifies
+    (then nothing runs), this run's build lock (``run_lock``, a file of the run's own) is taken before
+    :meth:`start` returns, so the launch's ranks, which wait on it before loading their ops, wait for
+    this build rather than compile under their own deadline; a build of another folder, by another
+    preflight in another environment, never holds them up. :meth:`result` waits for it."""
 
     def __init__(self, timeout_s: float, *, root: Path | None = None, env: Mapping[str, str] | None = None,
                  runner: CommandRunner = run_command, python: str = sys.executable,
-                 cpu_info: Path | None = None) -> None:
+                 cpu_info: Path | None = None, run_lock: Path | None = None) -> None:
         self.timeout_s = timeout_s
         self.cpu_info = cpu_info
+        self.run_lock = run_lock
         self.env = dict(os.environ if env is None else env)
         self.root = root or extensions_root(self.env)
         self.runner = runner
         self.python = python
         self._fd: int | None = None
+        self._until: float | None = None
         self._thread: threading.Thread | None = None
         self._result: list[OpBuild] = []
 
     def start(self) -> None:
-        """Take the lock (when free) and start the build in a thread."""
-        if self._thread is not None:
+        """Take this run's build lock and start the build in a thread; or nothing at all, when the build
+        this environment left verifies (:func:`cached_build`)."""
+        if self._thread is not None or self._result:
             return
-        self._fd = try_lock(self.root)
+        cached = cached_build(self.python, self.env, self.root, self.timeout_s)
+        if cached is not None:
+            self._result.append(cached)
+            return
+        if self.run_lock is not None:
+            self._fd = try_lock(self.run_lock.parent, self.run_lock.name)  # the run's own file: free
+        self._until = time.monotonic() + self.timeout_s
         self._thread = threading.Thread(target=self._run, name="preflight-op-build", daemon=True)
         self._thread.start()
 
     def _run(self) -> None:
-        started = time.monotonic()
         try:
-            while self._fd is None and time.monotonic() - started < self.timeout_s / 2:
-                time.sleep(0.5)
-                self._fd = try_lock(self.root)
-            if self._fd is None:  # another preflight kept the directory: let its ranks finish
-                self._result.append(build_ops(timeout_s=max(1.0, self.timeout_s - (time.monotonic() - started)),
-                                              root=self.root, runner=self.runner, python=self.python, env=self.env,
-                                              cpu_info=self.cpu_info))
-                return
-            left = max(1.0, self.timeout_s - (time.monotonic() - started))
-            self._result.append(build_ops(timeout_s=left, root=self.root, locked=True, runner=self.runner,
+            self._result.append(build_ops(timeout_s=self.timeout_s, root=self.root, runner=self.runner,
                                           python=self.python, env=self.env, cpu_info=self.cpu_info))
         finally:
             if self._fd is not None:
@@ -301,6 +337,9 @@ class BackgroundOpBuild:
     def result(self) -> OpBuild:
         """The build, once it has ended (it ends by its own deadline)."""
         self.start()
+        if self._thread is not None and self._thread.is_alive():
+            with waiting(WAITING_FOR, self._until):
+                self._thread.join()
         if self._thread is not None:
             self._thread.join()
         return self._result[0]

@@ -50,6 +50,9 @@ class TorchFacts:
     nccl_suffix: str = ""
     nccl_wheels: Mapping[str, str] = field(default_factory=dict)
     problem: str | None = None
+    answered: bool = True
+    """False when the job's interpreter itself did not answer (it crashed, hung or printed something else)."""
+    python: str | None = None
 
     @property
     def is_cuda_build(self) -> bool:
@@ -184,7 +187,7 @@ def probe_torch(torch_module: ModuleType | Any | None = None) -> TorchFacts:
 def torch_facts_of(job: JobTorch) -> TorchFacts:
     """The build facts of the job's torch, as its interpreter reported them."""
     if not job.installed:
-        return TorchFacts(installed=False, problem=job.problem)
+        return TorchFacts(installed=False, problem=job.problem, answered=job.answered, python=job.python)
     nccl_wheels = {name: version for name, version in job.wheels.items() if name.startswith("nvidia-nccl")}
     return TorchFacts(installed=True, version=job.version, cuda=job.cuda, hip=job.hip, arch_list=job.arch_list,
                       nccl=job.nccl, nccl_suffix=job.nccl_suffix, nccl_wheels=nccl_wheels)

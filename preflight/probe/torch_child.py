@@ -1,12 +1,12 @@
 """Asked in the job's own interpreter: what torch is there, and what it would see. Prints one JSON object.
 
-Run as a script (``python -I torch_child.py``), never imported by preflight: the job's environment
-may not have preflight installed (``--python``), so this file uses the standard library and torch
-only, and ``-I`` keeps the working directory off ``sys.path`` (a stray ``./numpy`` folder must not
-shadow the real one). No CUDA context is created: ``torch.cuda.device_count()`` answers from NVML
-before CUDA is initialised (torch/cuda/__init__.py ``_device_count_nvml``), except for ``MIG-`` lists,
-where torch falls back to the CUDA runtime; this is a child process, so that is harmless here.
-"""
+Run as a script with the job's ``sys.path`` (:func:`preflight.probe.job_python.script_argv`: ``PYTHONPATH``
+and the user site kept, as the ranks keep them; the working directory off it, so a stray ``./numpy``
+folder cannot shadow the real one), never imported by preflight: the job's environment may not have
+preflight installed (``--python``), so this file uses the standard library and torch only. No CUDA
+context is created: ``torch.cuda.device_count()`` answers from NVML before CUDA is initialised
+(torch/cuda/__init__.py ``_device_count_nvml``), except for ``MIG-`` lists, where torch falls back to
+the CUDA runtime; this is a child process, so that is harmless here."""
 
 from __future__ import annotations
 
@@ -131,4 +131,5 @@ if __name__ == "__main__":
     import warnings
 
     warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy": reported as a fact, not noise
-    print(json.dumps(facts()))
+    # ``deepspeed``: only where DeepSpeed is (no torch import), for plans made before torch answers
+    print(json.dumps(_deepspeed() if sys.argv[1:] == ["deepspeed"] else facts()))

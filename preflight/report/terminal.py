@@ -5,10 +5,10 @@ ours. When the CLI passes ``--preflight-terminal`` (it does unless ``-v``), this
 place: one entry per check (status word, the check's title, its reason, all within the terminal's
 width: two columns that wrap on a wide terminal, the reason under the title on a narrow one, never cut
 before the reason's first clause), the results of a per-GPU check folded by identical reason
-(``PASS  Does the GPU answer NVML? [gpu0-1,3-7]``), identical SKIPs as one line with a count, a live
-status line while a launch runs, and one verdict block at the end with every problem and its fix, worst
-first. ``pytest checks/`` and ``preflight -v`` keep pytest's reporter. Another session (``preflight
-rehearse``) takes the same reporter with :func:`install`.
+(``PASS  Does the GPU answer NVML? [gpu0-1,3-7]``), identical SKIPs as one line with a count, the live
+line whenever nothing else prints (:mod:`preflight.report.live`), and one verdict block at the end with
+every problem and its fix, worst first. ``pytest checks/`` and ``preflight -v`` keep pytest's reporter.
+Another session (``preflight rehearse``) takes the same reporter with :func:`install`.
 
 Checks run with pytest's output capture on, so this reporter writes to a duplicate of the terminal's
 file descriptor taken before any check runs: the live line can be drawn while a check waits.
@@ -26,17 +26,18 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
 import pytest
 
-from preflight.launch.torchrun import LaunchStatus
+from preflight.report.live import LiveLine
 from preflight.report.model import headline, problems
 from preflight.report.selection import selection_flags, selection_note
-from preflight.workers.common import LEAVING, STARTUP
+
+if TYPE_CHECKING:
+    from preflight.launch.torchrun import LaunchStatus
 
 MIN_WIDTH = 40
-TICK_S = 0.25
 STATUS_COLUMN = 6  # "ERROR "
 GAP = 2  # between the title column and the reason column
 WIDE = 100  # from this width on, titles and reasons stand in two columns
@@ -291,26 +292,6 @@ class GpuFold:
         return out
 
 
-def _phase_name(phase: str) -> str:
-    return {STARTUP: "start-up", LEAVING: "leaving"}.get(phase, phase)
-
-
-def live_text(status: LaunchStatus, width: int) -> str:
-    """The live line of a launch: phase, ranks through it, its clock against its budget, the launch's
-    clock against its deadline, then what the slowest rank is doing (cut first when room is short)."""
-    text = (f"  > {status.launch} {_phase_name(status.phase)}: {status.ranks_done}/{status.nproc} ranks done, "
-            f"{status.phase_elapsed_s:.0f}/{status.phase_budget_s:.0f} s, launch "
-            f"{status.elapsed_s:.0f}/{status.deadline_s:.0f} s")
-    label = "waiting for the probe checks" if status.waiting else status.label
-    return fit(f"{text}  {label}" if label else text, width - 1)  # the last column would wrap on some terminals
-
-
-def phase_line(status: LaunchStatus, width: int) -> str:
-    """The line printed when a launch enters a phase, where no live line can be redrawn (not a terminal)."""
-    return fit(f"  > {status.launch}: {_phase_name(status.phase)} ({status.nproc} ranks, budget "
-               f"{status.phase_budget_s:.0f} s) at {status.elapsed_s:.0f} s", width)
-
-
 def _wrapped(text: str, width: int, indent: int, first: str = "") -> list[str]:
     return textwrap.wrap(" ".join(f"{first}{text}".split()), width=width, initial_indent=" " * indent,
                          subsequent_indent=" " * (indent + len(first)), break_on_hyphens=False,
@@ -394,12 +375,12 @@ class PreflightTerminal:
         self.shape = Layout(self.width, 0)
         self.skips: dict[str, list[str]] = {}
         self._fold: tuple[str, GpuFold] | None = None  # the per-GPU check whose results are held
+        self.last: str | None = None
         self._lock = threading.Lock()
-        self._live = ""
-        self._last_phase: tuple[str, str] | None = None
-        self._running: str | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self.live = LiveLine(stream, tty=self.tty, width=self.width, lock=self._lock, launch=self._launch_status)
+        self.live.busy("collecting the checks")
+        if self.tty or not self.quiet:  # -q into a log: the problems only
+            self.live.start()
 
     # -- writing -----------------------------------------------------------------------------------
 
@@ -412,16 +393,11 @@ class PreflightTerminal:
     def line(self, text: str = "", word: str = "", bold: bool = False) -> None:
         """Print one line, clearing the live line first (it is redrawn on the next tick)."""
         with self._lock:
-            self._clear_live()
+            self.live.clear()
             if word and text.startswith(word):
                 text = self._paint(word, word, bold) + text[len(word):]
             self.out.write(text + "\n")
             self.out.flush()
-
-    def _clear_live(self) -> None:
-        if self._live:
-            self.out.write("\r" + " " * len(self._live) + "\r")
-            self._live = ""
 
     # -- hooks -------------------------------------------------------------------------------------
 
@@ -435,6 +411,7 @@ class PreflightTerminal:
             # a per-GPU check is shown folded: its title's room is that of the longest GPU list
             shown.append(self.titles[item.nodeid] + ("-00,00-00" if gpu_param(item.name) is not None else ""))
         self.shape = layout(shown, self.width)
+        self.last = session.items[-1].nodeid if session.items else None
 
     def pytest_collectreport(self, report: pytest.CollectReport) -> None:
         if report.failed:
@@ -445,16 +422,12 @@ class PreflightTerminal:
     def pytest_runtest_logstart(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
         if self._fold is not None and self._fold[0] != _function_id(nodeid):
             self._show_fold()  # another check starts: the per-GPU check before it has every GPU's result
-        if nodeid in self.distributed:
-            self._running = nodeid
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._watch, name="preflight-live-line", daemon=True)
-                self._thread.start()
+        self.live.busy(self.titles.get(nodeid, nodeid.rsplit("::", 1)[-1]), watch_launch=nodeid in self.distributed)
 
     def pytest_runtest_logfinish(self, nodeid: str, location: tuple[str, int | None, str]) -> None:
-        self._running = None
+        self.live.busy("writing the reports" if nodeid == self.last else "preparing the next check")
         with self._lock:
-            self._clear_live()
+            self.live.clear()
             self.out.flush()
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
@@ -494,9 +467,7 @@ class PreflightTerminal:
         from preflight.plugin import COLLECTOR_KEY
         from preflight.report.collector import LAST_RUN
 
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join(timeout=2)
+        self.live.stop()
         self._show_fold()
         collector = self.config.stash.get(COLLECTOR_KEY, None)
         report = collector.report if collector is not None else None
@@ -519,40 +490,22 @@ class PreflightTerminal:
         LAST_RUN["shown"] = True
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
-        self._stop.set()
+        self.live.stop()
         if self.out is not sys.stdout:
             self.out.close()
 
     # -- the live line -----------------------------------------------------------------------------
 
-    def _watch(self) -> None:
-        """Redraw the live line while a distributed check waits on a launch (a terminal), or print a
-        line when the launch enters a phase (anything else)."""
+    def _launch_status(self) -> LaunchStatus | None:
+        """The launch in flight, for the live line while a distributed check waits on it: a session's own
+        (``LIVE_STATUS_KEY``: ``preflight rehearse``), else the rehearsal fixture's."""
         from preflight.fixtures.rehearsal import REHEARSAL_KEY
 
-        while not self._stop.wait(TICK_S):
-            rehearsal = self.config.stash.get(REHEARSAL_KEY, None)
-            source = self.config.stash.get(LIVE_STATUS_KEY, None) or (rehearsal.status if rehearsal else None)
-            if self._running is None or source is None:
-                continue
-            try:
-                status = source()
-            except (OSError, ValueError, KeyError, IndexError):
-                continue  # a launch between its files: the next tick reads them again
-            if status is None:
-                continue
-            with self._lock:
-                if self._running is None or self.out.closed:
-                    continue
-                if self.tty:
-                    text = live_text(status, self.width).ljust(len(self._live))
-                    if text != self._live:
-                        self.out.write("\r" + text)
-                        self._live = text
-                elif (status.launch, status.phase) != self._last_phase and status.phase != LEAVING:
-                    self.out.write(phase_line(status, self.width) + "\n")
-                self._last_phase = (status.launch, status.phase)
-                self.out.flush()
+        source = self.config.stash.get(LIVE_STATUS_KEY, None)
+        if source is not None:
+            return source()
+        rehearsal = self.config.stash.get(REHEARSAL_KEY, None)
+        return rehearsal.status() if rehearsal is not None else None
 
 
 def _function_id(nodeid: str) -> str:

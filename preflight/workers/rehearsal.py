@@ -42,6 +42,8 @@ from preflight.workers.common import (
 from preflight.workers.lifeline import die_with_parent, start_watchdog
 
 GATE_POLL_S = 0.02
+TORCH_ANSWER = "torch.json"
+"""Where rank 0 answers the job's-torch question for preflight (``plan["answer_torch"]``)."""
 WAITING = "waiting for preflight's probe checks to finish (measurements never share the CPUs)"
 PhaseFunction = Callable[[WorkerContext], dict[str, Any]]
 
@@ -63,6 +65,23 @@ def wait_for_gate(gate: Path, progress: Progress) -> None:
     progress.mark(WAITING, waiting=True)
     while not gate.exists():
         time.sleep(GATE_POLL_S)
+
+
+def answer_torch(run_dir: Path) -> None:
+    """Rank 0 answers what preflight's torch probe would ask (:func:`preflight.probe.torch_child.facts`):
+    it imports the job's torch in the job's interpreter anyway, so preflight needs no probe of its own.
+    A question that fails for another reason than torch's import says so (preflight then asks its probe)."""
+    import warnings
+
+    try:
+        from preflight.probe import torch_child
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # e.g. "Failed to initialize NumPy": a fact, not noise
+            facts = torch_child.facts()
+    except Exception as exc:  # noqa: BLE001 - preflight falls back to its probe, whatever went wrong
+        facts = {"unanswered": f"{type(exc).__name__}: {exc}"}
+    write_json_atomic(run_dir / TORCH_ANSWER, facts)
 
 
 def run_phase(ctx: WorkerContext, progress: Progress, phase: dict[str, Any], gate: Path | None) -> None:
@@ -114,6 +133,8 @@ def main(argv: list[str]) -> None:
           f"{', '.join(p['name'] for p in plan['phases'])}", flush=True)
     progress = Progress(run_dir, rank)
     progress.enter(STARTUP, JOINING)
+    if rank == 0 and plan.get("answer_torch"):
+        answer_torch(run_dir)
     gate = Path(plan["gate"]) if plan.get("gate") else None
     try:
         ctx = join_process_group(rank, run_dir)

@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import fcntl
+import functools
 import json
 import os
 import shutil
@@ -89,27 +90,29 @@ def op_build_error(ctx: WorkerContext, exc: BaseException) -> OpBuildError | Non
 
 
 @contextlib.contextmanager
-def shared_ops_lock(ctx: WorkerContext, lock: Path) -> Iterator[None]:
-    """Hold the extensions root's preflight lock shared; wait (saying so) while a build holds it."""
+def shared_lock(ctx: WorkerContext, lock: Path, waiting_for: str) -> Iterator[None]:
+    """Hold ``lock`` shared; wait (saying for what) while a build holds it."""
     lock.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            ctx.progress(f"{phases.OP_LOAD}: waiting for preflight's build of them ({lock.parent})")
+            ctx.progress(f"{phases.OP_LOAD}: waiting for {waiting_for}")
             fcntl.flock(fd, fcntl.LOCK_SH)
         yield
     finally:
         os.close(fd)
 
 
+@functools.lru_cache(maxsize=1)
 def ops_folder() -> tuple[Path, Path]:
-    """``(folder, lock)``: preflight's extensions folder for this interpreter, and its root's lock."""
+    """``(folder, lock)``: preflight's extensions folder for this interpreter, and the folder's lock (worked
+    out once per rank: the key asks the compiler for its version)."""
     from preflight.probe.op_build_child import extensions_directory
 
-    root = extensions_root(os.environ)
-    return Path(extensions_directory(str(root))), root / LOCK_NAME
+    folder = Path(extensions_directory(str(extensions_root(os.environ))))
+    return folder, folder / LOCK_NAME
 
 
 def build_status(folder: Path) -> dict[str, Any] | None:
@@ -124,27 +127,48 @@ def build_status(folder: Path) -> dict[str, Any] | None:
 def load_ops(ctx: WorkerContext) -> list[dict[str, Any]]:
     """Load the ops ``deepspeed.initialize`` will ask for, as it would (same builders, same skips),
     timing each; DeepSpeed keeps them loaded (``OpBuilder._loaded_ops``) so initialize reuses them.
-    A build that failed or ran out of time in this folder is raised at once, not retried here."""
+    An op whose library the build's manifest vouches for is imported from it directly (no ninja run,
+    no compile flags worked out: :mod:`preflight.probe.op_cache`); one the manifest does not list is
+    loaded by DeepSpeed itself. A build that failed or ran out of time in this folder is raised at
+    once, not retried here; a library that no longer verifies is raised with how to clear it."""
     import deepspeed.ops
     from deepspeed.accelerator import get_accelerator
+    from deepspeed.ops.op_builder.builder import OpBuilder
+
+    from preflight.probe import op_cache
+    from preflight.probe.op_build_child import import_library
 
     folder, lock = ops_folder()
     os.environ["TORCH_EXTENSIONS_DIR"] = str(folder)  # torch reads it when it loads (_get_build_directory)
     accelerator = get_accelerator()
     loaded = []
-    with shared_ops_lock(ctx, lock):
+    with shared_lock(ctx, lock, f"another preflight's build in {folder}"):
         status = build_status(folder)
         if status is not None and not status.get("ok"):
             raise OpBuildError(f"DeepSpeed's ops were not built by preflight ({folder}): {status.get('error')}")
+        vouched = {str(op.get("name")): op for op in (status or {}).get("ops") or ()
+                   if isinstance(op, dict) and op.get("library")}
         for entry in ZERO_BUILDERS:
             builder = accelerator.create_op_builder(entry["builder"])
             if builder is None or (entry.get("optional")
                                    and not deepspeed.ops.__compatible_ops__.get(builder.NAME, False)):
                 continue
+            if builder.name in OpBuilder._loaded_ops:  # an earlier phase of this rank loaded it
+                loaded.append({"op": builder.name, "seconds": 0.0, "from": "loaded"})
+                continue
             ctx.progress(f"{phases.OP_LOAD}: {builder.name}")
             start = time.perf_counter()
-            builder.load(verbose=False)
-            loaded.append({"op": builder.name, "seconds": round(time.perf_counter() - start, 3)})
+            record = vouched.get(builder.name)
+            if record is None:
+                builder.load(verbose=False)
+            else:
+                problem = op_cache.library_problem(str(folder), record)
+                if problem is not None:
+                    raise OpBuildError(f"DeepSpeed's op {builder.name} in preflight's cache is damaged ({problem}); "
+                                       f"the next preflight run builds it again, or remove {folder}")
+                import_library(builder, str(folder))
+            loaded.append({"op": builder.name, "seconds": round(time.perf_counter() - start, 3),
+                           "from": "manifest" if record is not None else "deepspeed"})
     return loaded
 
 
@@ -158,6 +182,9 @@ def ops_phase(ctx: WorkerContext) -> dict[str, Any]:
 
         share_cpu_info(ctx.args[ctx.args.index("--cpu-info") + 1])
     try:
+        if "--build-lock" in ctx.args:  # this run's build beside the launch, while it runs
+            with shared_lock(ctx, Path(ctx.args[ctx.args.index("--build-lock") + 1]), "preflight's build of them"):
+                pass
         ops = load_ops(ctx)
     except OpBuildError:
         raise  # preflight's own build failed: its status already quotes the compiler

@@ -1,6 +1,6 @@
 """A fake of the job's torch at the command layer: the torch probe's answer on a CUDA node.
 
-preflight asks the job's interpreter ``python -I .../torch_child.py`` and reads one JSON line. On a
+preflight asks the job's interpreter to run ``.../torch_child.py`` (``torch_probe_argv``) and reads one JSON line. On a
 node without GPUs the tests answer that command as the child would on a GPU node, and pass every
 other command to the real runner. The answer's shape is the real child's (it is run here and its
 output edited): ``version``/``cuda``/``nccl``/``arch_list`` are those of the torch 2.4.1+cu124 wheel
@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from preflight.node.torch import CHILD
+from preflight.node.torch import CHILD, torch_probe_argv
 from preflight.node.transports import Transports
 from preflight.probe.command import DEFAULT_TIMEOUT_S, CommandResult, CommandRunner, run_command
 
@@ -32,7 +32,7 @@ CUDA_ARCHES = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 @lru_cache(maxsize=1)
 def real_answer() -> dict[str, Any]:
     """The real child's answer on this machine (CPU torch)."""
-    out = subprocess.run([sys.executable, "-I", str(CHILD)], capture_output=True, text=True, timeout=120, check=True)
+    out = subprocess.run(torch_probe_argv(sys.executable), capture_output=True, text=True, timeout=120, check=True)
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
