@@ -113,14 +113,21 @@ def _preflight(*args: str) -> list[str]:
 
 
 def _no_check_can_finish(tmp: Path) -> RunSpec:
-    """``pytest checks/`` (no CLI pre-check) with the op cache below a regular file: planning the ZeRO
-    phases crashes at collection, as it did on a read-only HOME."""
+    """``pytest checks/`` (no CLI pre-check) with a ``-k`` typo that selects no check: nothing is judged."""
+    out = tmp / "reports"
+    where = str(checks_dir())
+    return RunSpec(["-m", "pytest", where, "--rootdir", where, "-c", os.devnull, "-p", "no:cacheprovider", "-q",
+                    "-k", "shared_memroy", "--preflight-cpu", f"--preflight-report-dir={out}",
+                    f"--junitxml={out / 'junit.xml'}", f"--preflight-prometheus={tmp / 'node.prom'}"], tmp, out)
+
+
+def _op_cache_unusable(tmp: Path) -> RunSpec:
+    """``pytest checks/`` (no CLI pre-check) with the op cache below a regular file, as on a read-only HOME."""
     (tmp / "a-file").write_text("")
     out = tmp / "reports"
     where = str(checks_dir())
     return RunSpec(["-m", "pytest", where, "--rootdir", where, "-c", os.devnull, "-p", "no:cacheprovider", "-q",
-                    "--preflight-cpu", f"--preflight-report-dir={out}", f"--junitxml={out / 'junit.xml'}",
-                    f"--preflight-prometheus={tmp / 'node.prom'}"], tmp, out,
+                    "-k", "deepspeed_ops or zero1", "--preflight-cpu", f"--preflight-report-dir={out}"], tmp, out,
                    env={"PREFLIGHT_TORCH_EXTENSIONS_DIR": str(tmp / "a-file" / "torch_extensions")})
 
 
@@ -182,6 +189,7 @@ def _full_disk_junit(tmp: Path) -> RunSpec:
 
 RUNS: dict[str, Callable[[Path], RunSpec]] = {
     "no-check-can-finish": _no_check_can_finish,
+    "op-cache-unusable": _op_cache_unusable,
     "broken-plugin": _broken_plugin,
     "project-dir": _project_run,
     "project-dir-rehearse": _project_rehearse,
@@ -252,9 +260,21 @@ def _error_verdict(result: RunResult) -> str | None:
     error = report["run"].get("error") or {}
     if report["verdict"] != "ERROR" or error.get("code") != "NO_CHECK_FINISHED":
         return f"verdict {report['verdict']}, run.error {error.get('code')}"
-    if report["run"]["exit_code"] != 2 or "torch_extensions" not in error.get("summary", "") + error.get("detail", ""):
+    if report["run"]["exit_code"] != 2 or "no check matches the selection" not in error.get("summary", ""):
         return f"exit code {report['run']['exit_code']}, cause {error.get('summary')!r}"
     return None
+
+
+def _op_cache_named(result: RunResult) -> str | None:
+    report = result.report()
+    if report is None:
+        return "no preflight.json"
+    ops = next((c for c in report["checks"] if c["id"].endswith("test_deepspeed_ops")), None)
+    if ops is None or ops["status"] != "ERROR" or ops.get("code") != "OP_CACHE_UNUSABLE":
+        return f"the op build check is {ops and (ops['status'], ops.get('code'))}"
+    if "a-file/torch_extensions" not in ops["summary"] or report["verdict"] != "NOT READY":
+        return f"verdict {report['verdict']}, summary {ops['summary']!r}"
+    return _no_traceback(result)
 
 
 def _error_html(result: RunResult) -> str | None:
@@ -437,6 +457,7 @@ FAULT_CASES: tuple[FaultCase, ...] = (
     FaultCase("no-check-finished-html", "no-check-can-finish", _error_html),
     FaultCase("no-check-finished-prometheus", "no-check-can-finish", _error_prometheus),
     FaultCase("no-check-finished-junit", "no-check-can-finish", _error_junit),
+    FaultCase("op-cache-unusable-named", "op-cache-unusable", _op_cache_named),
     FaultCase("plugin-crash-oneline-exit-2", "broken-plugin", _broken_plugin_oneline),
     FaultCase("report-dir-dot-keeps-user-files", "project-dir", _project_untouched),
     FaultCase("rehearse-report-dir-dot-keeps-user-files", "project-dir-rehearse", _project_untouched),

@@ -392,5 +392,9 @@ def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(t
         assert "[100%]" not in out and " passed" not in out and "..W" not in out
         assert out.splitlines()[0].startswith("preflight rehearse: asking ")
         assert sum(1 for line in out.splitlines() if line.strip() == "READY") == 1
-        assert "> rehearse 2 ranks: start-up" in out and "ranks  first step" in out
+        assert "ranks  first step" in out
+        # A phase line is printed only after 2 s of silence (report/live.py): whether start-up lasts that long
+        # depends on the machine's load, so only its form is asserted, for whichever phases were shown.
+        phases = [line for line in out.splitlines() if line.startswith("  > rehearse 2 ranks: ")]
+        assert all(" (2 ranks, budget " in line for line in phases), phases
     assert node_report.read_text() == '{"verdict": "READY"}'

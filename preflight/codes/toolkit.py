@@ -118,6 +118,11 @@ CODES = (
          "decide).",
          "The ops were not built or checked in this run.",
          "Let the other run finish, then run again.", kind=Kind.BLOCKER),
+    Code("OP_CACHE_UNUSABLE",
+         "preflight's op cache folder cannot be created (a regular file on its path, a read-only disk; the check "
+         "cannot decide).",
+         "DeepSpeed's ops were not built or checked in this run, and the ZeRO rehearsals did not run.",
+         "Point PREFLIGHT_TORCH_EXTENSIONS_DIR at a folder this user can write, or unset it.", kind=Kind.BLOCKER),
     Code("OP_BUILD_CRASHED",
          "The op build child process ended without reporting every op (the check cannot decide).",
          "Whether DeepSpeed's ops build here is unknown.",

@@ -15,7 +15,7 @@ from typing import Any
 
 from preflight.outcome import Metric, Verdict, error, fail, passed, warn
 from preflight.parse.op_build import find_op_build_failure
-from preflight.probe.deepspeed_ops import ZERO_BUILDERS, OpBuild
+from preflight.probe.deepspeed_ops import EXTENSIONS_DIR_ENV, ZERO_BUILDERS, OpBuild
 
 OP_BUILD_FIX = ("DeepSpeed compiles its ops at the first step with ninja and a C++ compiler (and nvcc from "
                 "CUDA_HOME for CUDA ops): install the CUDA toolkit whose major version matches torch.version.cuda "
@@ -74,6 +74,9 @@ def judge_op_build(build: OpBuild) -> Verdict:
     where = build.directory or "preflight's extensions directory"
     accelerator = f"{build.accelerator} accelerator" if build.accelerator else "accelerator unknown"
     who = f"DeepSpeed {(build.versions or {}).get('deepspeed', '?')} ({accelerator})"
+    if build.unusable is not None:
+        return error(f"{build.unusable}: DeepSpeed's ops were not built or checked", code="OP_CACHE_UNUSABLE",
+                     remediation=f"Point {EXTENSIONS_DIR_ENV} at a folder this user can write, or unset it.")
     if build.busy:
         return error(f"another preflight process held {where} for the whole build budget ({build.budget_s:.0f} s)",
                      code="OP_BUILD_BUSY", evidence=evidence, metrics=metrics)
@@ -137,6 +140,7 @@ def op_build_blocker(build: OpBuild, title: str) -> str | None:
     """Why a ZeRO rehearsal is not launched after this build (the SKIP reason), or None."""
     if build.ok:
         return None
-    state = ("did not finish within its budget" if build.timed_out else "is busy" if build.busy
+    state = ("could not start (its cache folder cannot be created)" if build.unusable is not None
+             else "did not finish within its budget" if build.timed_out else "is busy" if build.busy
              else "failed" if build.failed is not None else "did not complete")
     return f"{title} not rehearsed: the build of DeepSpeed's ops {state} (the op build's own check says why)"

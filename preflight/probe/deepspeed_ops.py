@@ -134,6 +134,8 @@ class OpBuild:
     versions: Mapping[str, str] | None = None
     repaired: tuple[str, ...] = ()
     """Cached libraries that did not verify (cut short, changed) and were built again."""
+    unusable: str | None = None
+    """Why the op cache could not be created (a regular file on its path, a read-only disk); no child ran."""
 
     @property
     def built(self) -> tuple[OpLoad, ...]:
@@ -191,7 +193,12 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
         cached = cached_build(python, base, top, timeout_s)
         if cached is not None:
             return cached
-    top.mkdir(parents=True, exist_ok=True)
+    try:
+        top.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        return OpBuild(directory=None, accelerator=None, ops=(), ok=False, timed_out=False, busy=False,
+                       duration_s=0.0, budget_s=timeout_s, returncode=None, output="",
+                       unusable=f"cannot create the op cache {top}: {exc.strerror or exc}")
     spec: dict[str, Any] = {"builders": list(builders), "jit": jit, "lock_wait_s": max(1.0, timeout_s / 2),
                             "root": str(top)}
     if directory is not None:

@@ -166,6 +166,9 @@ class ReportCollector:
         """Write the reports first; a JUnit file that cannot be written (a full disk) is one line, not
         a traceback from pytest's JUnit plugin, and the verdict already written stands."""
         self._finish(exitstatus)
+        failure = self.record.error()
+        if failure is not None:
+            junit.record_run_error(self.config, failure.code, failure.summary)
         pending = junit.write_atomically(self.config)  # whole or not at all: never a truncated file
         try:
             yield
