@@ -48,9 +48,10 @@ def record_run_error(config: pytest.Config, code: str, summary: str) -> None:
     xml = config.stash.get(xml_key, None)
     if xml is None:
         return
-    for when, outcome in (("setup", "failed"), ("teardown", "passed")):
-        report = pytest.TestReport(RUN_ERROR_NODEID, ("preflight", None, "run"), {}, outcome,
-                                   f"[{code}] {summary}" if outcome == "failed" else None, when)
+    setup = pytest.TestReport(RUN_ERROR_NODEID, ("preflight", None, "run"), {}, "failed", f"[{code}] {summary}",
+                              "setup")
+    teardown = pytest.TestReport(RUN_ERROR_NODEID, ("preflight", None, "run"), {}, "passed", None, "teardown")
+    for report in (setup, teardown):
         xml.pytest_runtest_logreport(report)
 
 
