@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from preflight.parse.lspci_acs import AcsReport, LspciError, parse_lspci_acs
-from preflight.probe.command import CommandRunner, run_command
+from preflight.probe.command import CommandRunner
 
 LSPCI_TIMEOUT_S = 10.0
 
@@ -46,8 +46,8 @@ class PcieFacts:
 
 
 def probe_pcie(
-    root: Path = Path("/"),
-    runner: CommandRunner = run_command,
+    root: Path,
+    runner: CommandRunner,
     timeout_s: float = LSPCI_TIMEOUT_S,
 ) -> PcieFacts:
     """Read ``/proc/cmdline``, count ``/sys/kernel/iommu_groups`` and run ``lspci -vvv``."""

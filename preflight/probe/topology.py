@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from preflight.parse.topo import TopologyParseError, TopoMatrix, parse_topo_matrix
-from preflight.probe.command import CommandRunner, run_command
+from preflight.probe.command import CommandRunner
 
 SMI_ARGV = ("nvidia-smi", "topo", "-m")
 SMI_TIMEOUT_S = 120.0  # topo -m has taken 112 s on one AMD host (NVIDIA/nccl#557)
@@ -27,8 +27,8 @@ class SmiTopology:
     missing: bool = False
 
 
-def read_smi_topology(runner: CommandRunner = run_command, timeout_s: float = SMI_TIMEOUT_S) -> SmiTopology:
-    """Run ``nvidia-smi topo -m`` under a deadline and parse it."""
+def read_smi_topology(runner: CommandRunner, timeout_s: float = SMI_TIMEOUT_S) -> SmiTopology:
+    """Run ``nvidia-smi topo -m`` through the node's command transport under a deadline and parse it."""
     result = runner(SMI_ARGV, timeout_s=timeout_s)
     if result.not_found:
         return SmiTopology(None, problem="nvidia-smi not found on PATH", missing=True)
