@@ -6,7 +6,6 @@ import pytest
 
 from preflight.judge.cuda_runtime import judge_driver_for_torch, judge_job_gpu_arch, judge_torch_build
 from preflight.judge.toolkit import (
-    jit_build_skip_reason,
     judge_build_tools,
     judge_cuda_home_vs_path,
     judge_deepspeed_accelerator,
@@ -14,13 +13,11 @@ from preflight.judge.toolkit import (
     judge_jit_build,
     judge_toolkit,
 )
-from preflight.outcome import skip
 from preflight.node.cuda import CudaFacts
-from preflight.probe.deepspeed_ops import fresh_jit_build
+from preflight.probe.deepspeed_ops import OpBuild
 from preflight.probe.nvml_snapshot import GpuInfo
 from preflight.probe.toolkit import ToolkitFacts
 from preflight.recording import Recorder
-from preflight.settings import Settings
 
 
 def test_torch_cuda_build(record: Recorder, toolkit_facts: ToolkitFacts, cuda_node: CudaFacts) -> None:
@@ -80,13 +77,8 @@ def test_jit_build_tools(
 
 
 @pytest.mark.slow
-def test_deepspeed_jit_build(record: Recorder, toolkit_facts: ToolkitFacts, settings: Settings) -> None:
+def test_deepspeed_jit_build(record: Recorder, toolkit_facts: ToolkitFacts, jit_build: OpBuild) -> None:
     """Does DeepSpeed JIT-build its fused Adam with this node's compilers?
 
     From scratch; nvcc on its CUDA accelerator."""
-    reason = jit_build_skip_reason(toolkit_facts)
-    if reason is not None:
-        record(skip(reason))
-        return
-    deadline = min(float(settings.option("jit_build_timeout") or 600.0), max(1.0, settings.remaining_s() - 5.0))
-    record(judge_jit_build(toolkit_facts, fresh_jit_build(timeout_s=deadline)))
+    record(judge_jit_build(toolkit_facts, jit_build))

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 
-from preflight.fixtures.gpus import own_pids
 from preflight.judge.gpu_health import (
     judge_compute_mode,
     judge_ecc,
@@ -18,6 +17,7 @@ from preflight.judge.gpu_health import (
     judge_pcie_link,
     judge_persistence,
     judge_throttling,
+    own_pids,
 )
 from preflight.judge.visible_devices import (
     judge_device_agreement,

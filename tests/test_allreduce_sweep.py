@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.fixtures.nccl import sweep_plan, sweep_run_from_launch, without_label
+from preflight.launch.allreduce_sweep import sweep_plan, sweep_run_from_launch, without_label
 from preflight.launch.outcome import PhaseResult, RankOutcome
 from preflight.probe.sweep import RunStatus, SizeResult
 from preflight.workers.allreduce import _split, parse_args

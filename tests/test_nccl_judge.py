@@ -22,7 +22,7 @@ from preflight.judge.nccl import (
     allreduce_busbw_gbps,
     human_bytes,
     judge_busbw,
-    judge_p2p,
+    judge_p2p_worth_keeping,
 )
 from preflight.judge.nccl_env import costly_nccl_variables, judge_nccl_env
 from preflight.outcome import Status
@@ -79,7 +79,7 @@ def test_human_bytes(nbytes: int, text: str) -> None:
 # --- P2P on vs off -----------------------------------------------------------------------------------
 
 def test_p2p_hang_with_working_fallback_is_p2p_broken() -> None:
-    verdict = judge_p2p(sweep("as-is", 0, status=RunStatus.HUNG, notes=HUNG_NOTES), sweep("NCCL_P2P_DISABLE=1", 21.3), H100)
+    verdict = judge_p2p_worth_keeping(sweep("as-is", 0, status=RunStatus.HUNG, notes=HUNG_NOTES), sweep("NCCL_P2P_DISABLE=1", 21.3), H100)
     assert verdict.status is Status.FAIL and verdict.code == "NCCL_P2P_BROKEN"
     assert "hung (ranks 0, 1 did not finish within 60 s)" in verdict.summary
     assert "21.3 GB/s busbw at 256 MiB" in verdict.summary
@@ -91,18 +91,18 @@ def test_p2p_hang_with_working_fallback_is_p2p_broken() -> None:
 
 def test_p2p_crash_is_p2p_broken_without_expectation() -> None:
     notes = (RankNote(1, "crashed", "RuntimeError: Cuda failure 'peer access is not supported'"), RankNote(0, "stopped"))
-    verdict = judge_p2p(sweep("as-is", 0, status=RunStatus.FAILED, notes=notes), sweep("off", 15.0))
+    verdict = judge_p2p_worth_keeping(sweep("as-is", 0, status=RunStatus.FAILED, notes=notes), sweep("off", 15.0))
     assert verdict.code == "NCCL_P2P_BROKEN" and "failed (rank 1 crashed, rank 0 stopped)" in verdict.summary
     assert "reaches 15.0 GB/s busbw." in verdict.remediation
 
 
 def test_wrong_values_only_with_p2p_are_p2p_broken() -> None:
-    verdict = judge_p2p(sweep("as-is", 200.0, wrong=True), sweep("off", 20.0))
+    verdict = judge_p2p_worth_keeping(sweep("as-is", 200.0, wrong=True), sweep("off", 20.0))
     assert verdict.code == "NCCL_P2P_BROKEN" and "returned wrong values" in verdict.summary
 
 
 def test_shm_clearly_faster_warns_with_both_figures() -> None:
-    verdict = judge_p2p(sweep("as-is", 10.0), sweep("NCCL_P2P_DISABLE=1", 15.0))
+    verdict = judge_p2p_worth_keeping(sweep("as-is", 10.0), sweep("NCCL_P2P_DISABLE=1", 15.0))
     assert verdict.status is Status.WARN and verdict.code == "NCCL_P2P_SLOWER_THAN_SHM"
     assert "50% faster" in verdict.summary and "10.0" in verdict.summary and "15.0" in verdict.summary
     assert "export NCCL_P2P_DISABLE=1" in verdict.remediation
@@ -110,19 +110,19 @@ def test_shm_clearly_faster_warns_with_both_figures() -> None:
 
 
 def test_shm_slightly_faster_is_within_noise() -> None:
-    verdict = judge_p2p(sweep("as-is", 10.0), sweep("off", 11.0))
+    verdict = judge_p2p_worth_keeping(sweep("as-is", 10.0), sweep("off", 11.0))
     assert verdict.status is Status.PASS and "keep P2P enabled" in verdict.summary
 
 
 def test_p2p_much_faster_passes() -> None:
-    verdict = judge_p2p(sweep("as-is", 230.0), sweep("off", 20.0))
+    verdict = judge_p2p_worth_keeping(sweep("as-is", 230.0), sweep("off", 20.0))
     assert verdict.status is Status.PASS and "11.5x as fast" in verdict.summary
 
 
 def test_both_runs_failing_is_a_fail_with_each_ranks_log() -> None:
     notes_on = (RankNote(0, "crashed", "NCCL WARN Cuda failure 'unspecified launch failure'"),)
     notes_off = (RankNote(1, "crashed", "Bus error (core dumped) in ncclShmOpen"),)
-    verdict = judge_p2p(sweep("as-is", 0, status=RunStatus.FAILED, notes=notes_on),
+    verdict = judge_p2p_worth_keeping(sweep("as-is", 0, status=RunStatus.FAILED, notes=notes_on),
                         sweep("NCCL_P2P_DISABLE=1", 0, status=RunStatus.FAILED, notes=notes_off))
     assert verdict.status is Status.FAIL and verdict.code == "NCCL_ALLREDUCE_FAILED"
     assert "unspecified launch failure" in verdict.evidence["as-is"]
@@ -131,7 +131,7 @@ def test_both_runs_failing_is_a_fail_with_each_ranks_log() -> None:
 
 
 def test_fallback_failing_warns_that_the_workaround_would_not_work() -> None:
-    verdict = judge_p2p(sweep("as-is", 230.0), sweep("off", 0, status=RunStatus.HUNG))
+    verdict = judge_p2p_worth_keeping(sweep("as-is", 230.0), sweep("off", 0, status=RunStatus.HUNG))
     assert verdict.status is Status.WARN and verdict.code == "NCCL_P2P_DISABLED_FAILS"
     assert "hung (no rank finished within 60 s)" in verdict.summary
 
@@ -141,7 +141,7 @@ def test_runs_without_a_common_size_are_not_compared() -> None:
                   sizes=(SizeResult(MIB, 0.001, 1.05, 1.05, True),))
     off = SweepRun(label="off", status=RunStatus.OK, backend="nccl", world_size=2,
                    sizes=(SizeResult(4 * MIB, 0.001, 4.2, 4.2, True),))
-    verdict = judge_p2p(on, off)
+    verdict = judge_p2p_worth_keeping(on, off)
     assert verdict.status is Status.SKIP and "share no message size" in verdict.summary
 
 
@@ -334,14 +334,14 @@ def test_chart_template_escapes_labels() -> None:
 
 def test_broken_p2p_with_the_workaround_already_set_is_a_warning() -> None:
     env = {"NCCL_P2P_DISABLE": "1"}
-    verdict = judge_p2p(sweep("without NCCL_P2P_DISABLE", 0, status=RunStatus.HUNG), sweep("as-is", 20.0, env=env), H100,
+    verdict = judge_p2p_worth_keeping(sweep("without NCCL_P2P_DISABLE", 0, status=RunStatus.HUNG), sweep("as-is", 20.0, env=env), H100,
                         workaround_set=True)
     assert verdict.status is Status.WARN and verdict.code == "NCCL_P2P_BROKEN"
     assert "already sets NCCL_P2P_DISABLE" in verdict.summary
 
 
 def test_faster_workaround_already_set_passes() -> None:
-    verdict = judge_p2p(sweep("without NCCL_P2P_DISABLE", 10.0), sweep("as-is", 15.0, env={"NCCL_P2P_DISABLE": "1"}),
+    verdict = judge_p2p_worth_keeping(sweep("without NCCL_P2P_DISABLE", 10.0), sweep("as-is", 15.0, env={"NCCL_P2P_DISABLE": "1"}),
                         workaround_set=True)
     assert verdict.status is Status.PASS and "already set" in verdict.summary
 

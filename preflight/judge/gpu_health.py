@@ -8,7 +8,9 @@ ever taken for "healthy". One failure, one finding: a GPU that fell off the bus 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Sequence
+from functools import partial
 
 from preflight.node.devices import CudaDevice
 from preflight.outcome import Status, Verdict, View, error, fail, passed, skip, warn
@@ -420,3 +422,24 @@ def gpu_table(gpus: Sequence[GpuInfo], verdicts: Sequence[Sequence[Verdict]]) ->
     return View(
         kind="table", title="GPUs (NVML order)", data={"columns": columns, "rows": rows, "highlight": highlight}
     )
+
+
+def own_pids() -> frozenset[int]:
+    """This process and its parent (the ``preflight`` CLI): never "other processes"."""
+    return frozenset({os.getpid(), os.getppid()})
+
+
+def idle_verdicts(gpu: GpuInfo, devices: Sequence[CudaDevice], ranks: int) -> list[Verdict]:
+    """Every per-GPU judge that needs no load, for the GPU table's "problems" column (``devices`` and
+    ``ranks``: the job's, for the MIG judge)."""
+    judges = (
+        judge_gpu_responds,
+        partial(judge_gpu_busy, own_pids=own_pids()),
+        partial(judge_compute_mode, own_pids=own_pids()),
+        judge_ecc,
+        judge_memory_repairs,
+        partial(judge_mig, devices=devices, ranks=ranks),
+        judge_persistence,
+        judge_throttling,
+    )
+    return [judge(gpu) for judge in judges]

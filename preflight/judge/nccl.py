@@ -136,7 +136,7 @@ def _evidence(*runs: SweepRun) -> dict[str, str]:
     return evidence
 
 
-def judge_p2p(
+def judge_p2p_worth_keeping(
     p2p_on: SweepRun, p2p_off: SweepRun, expected: Expectation | None = None, *, workaround_set: bool = False
 ) -> Verdict:
     """Compare a launch with P2P allowed against one with ``NCCL_P2P_DISABLE=1``.

@@ -111,7 +111,7 @@ def measure_busbw(nproc: int, on_gpu: bool, run_dir: Path, message_bytes: float,
                   python: str) -> tuple[float | None, str]:
     """preflight's all-reduce sweep (quick plan) on ``nproc`` ranks; the busbw at the size nearest
     to the job's messages (DDP's bucket, or the whole gradient when smaller)."""
-    from preflight.fixtures.nccl import sweep_phase, sweep_plan, sweep_run_from_launch
+    from preflight.launch.allreduce_sweep import sweep_phase, sweep_plan, sweep_run_from_launch
     from preflight.launch.plan import LaunchPlan
     from preflight.launch.torchrun import launch
 

@@ -31,3 +31,10 @@ def gathered_sections(config: pytest.Config) -> dict[str, Any]:
     """Every top-level section added so far."""
     sections: dict[str, Any] = config.stash.get(SECTIONS_KEY, {})
     return dict(sections)
+
+
+def note_host_fact(config: pytest.Config, key: str, value: Any) -> None:
+    """Merge one entry into the report's ``host`` node section."""
+    section = dict(gathered_facts(config).get("host", {}))
+    section[key] = value
+    add_fact(config, "host", section)

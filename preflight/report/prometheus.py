@@ -55,11 +55,11 @@ def write_prometheus(report: dict[str, Any], path: Path) -> None:
     """Write ``report`` as a textfile at ``path`` atomically (temp file beside it, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ReportCollector(report))
+    registry.register(ReportMetricsCollector(report))
     write_to_textfile(str(path), registry)
 
 
-class ReportCollector(Collector):
+class ReportMetricsCollector(Collector):
     """A collector that yields the families of one finished report (read once, at write time)."""
 
     def __init__(self, report: dict[str, Any]) -> None:

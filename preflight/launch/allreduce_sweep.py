@@ -1,0 +1,102 @@
+"""The all-reduce sweep as a rehearsal phase: its message sizes and iterations per profile and
+device, and its launch's result read back as the judges' :class:`~preflight.probe.sweep.SweepRun`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from preflight.launch.outcome import PhaseResult
+from preflight.launch.plan import Phase
+from preflight.probe.sweep import RankNote, RunStatus, SizeResult, SweepRun
+
+MIB = 1 << 20
+PHASE = "allreduce"
+AS_IS = "as-is"
+ENTRY = "preflight.workers.allreduce:run"
+NOTE_LINES = 6
+_TELLING = re.compile(r"NCCL|[Ee]rror|Exception|Traceback|Watchdog|timed? ?out|Segmentation|Bus error|Killed")
+
+
+@dataclass(frozen=True, slots=True)
+class SweepPlan:
+    """Message sizes and iteration counts for one launch, sized by profile and device."""
+
+    sizes: tuple[int, ...]
+    warmup: int
+    iters: int
+    budget_s: float
+    wanted_s: float
+
+    def args(self) -> list[str]:
+        """The worker's command-line arguments."""
+        return ["--sizes", ",".join(map(str, self.sizes)), "--warmup", str(self.warmup),
+                "--iters", str(self.iters), "--min-iters", "5", "--budget-s", str(self.budget_s)]
+
+
+def sweep_plan(on_gpu: bool, quick: bool) -> SweepPlan:
+    """GPU quick: 1-256 MiB; GPU full: 1 MiB-1 GiB (factor 2). CPU: gloo is ~1 GB/s, so up to 16 / 64 MiB."""
+    if on_gpu:
+        top = 8 if quick else 10
+        return SweepPlan(tuple(MIB << k for k in range(0, top + 1, 2 if quick else 1)), 5, 20,
+                         20.0 if quick else 60.0, 60.0 if quick else 120.0)
+    top = 4 if quick else 6
+    return SweepPlan(tuple(MIB << k for k in range(0, top + 1, 2)), 2, 20, 10.0 if quick else 20.0,
+                     45.0 if quick else 60.0)
+
+
+def _log_text(path: str) -> str:
+    try:
+        return Path(path).read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def sweep_run_from_launch(label: str, launch: PhaseResult, env: Mapping[str, str], on_gpu: bool) -> SweepRun:
+    """The judges' view of one sweep phase: status, rank 0's figures, what each rank did, all NCCL output."""
+    if launch.ok:
+        status = RunStatus.OK
+    elif not launch.ran or launch.cut:
+        status = RunStatus.NOT_RUN
+    elif launch.timed_out or launch.ranks_in("hung"):
+        status = RunStatus.HUNG
+    else:
+        status = RunStatus.FAILED
+    sizes: tuple[SizeResult, ...] = ()
+    backend = "nccl" if on_gpu else "gloo"
+    if launch.ok and launch.ranks:
+        payload = launch.ranks[0].result or {}
+        result = payload.get("result", {})
+        backend = str(payload.get("backend", backend))
+        sizes = tuple(SizeResult.from_dict(s) for s in result.get("sizes", []))
+        if not sizes:
+            status = RunStatus.FAILED
+    notes = []
+    for rank in launch.ranks:
+        tail = "\n".join(_telling_lines(rank.log_tail))
+        where = f" {rank.where()}" if rank.state == "hung" else ""
+        detail = f"{rank.error or ''}{where}".strip()
+        notes.append(RankNote(rank.rank, rank.state, f"{detail}\n{tail}".strip() if rank.state != "finished" else ""))
+    log = "\n".join(_log_text(r.log_path) for r in launch.ranks)
+    return SweepRun(label=label, status=status, backend=backend, world_size=launch.nproc, sizes=sizes, env=dict(env),
+                    rank_notes=tuple(notes), nccl_log=log, deadline_s=launch.deadline_s,
+                    launch_summary=launch.describe())
+
+
+def _telling_lines(tail: str) -> list[str]:
+    """The last lines of a rank's log that say something: NCCL lines and errors first, else the plain tail."""
+    lines = [line for line in tail.splitlines() if line.strip()]
+    telling = [line for line in lines if _TELLING.search(line)]
+    return (telling or lines)[-NOTE_LINES:]
+
+
+def sweep_phase(plan: SweepPlan) -> Phase:
+    """The sweep as a rehearsal phase: a measurement, so it waits for the probe checks."""
+    return Phase(PHASE, ENTRY, tuple(plan.args()), budget_s=plan.wanted_s, gated=True)
+
+
+def without_label(names: tuple[str, ...]) -> str:
+    """Label of the run with ``names`` removed from the environment."""
+    return "without " + " ".join(sorted(names))
