@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -25,6 +26,10 @@ CHECKS = [str(REPO_ROOT / "checks" / "test_host.py"), str(REPO_ROOT / "checks" /
 MiB = 2**20
 
 
+def _default_sighup() -> None:
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def run_checks(tmp_path: Path, *options: str, fake: str | None = None) -> dict[str, Any]:
     """Run the host checks under pytest with the preflight plugin; return the JSON report."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
@@ -38,6 +43,9 @@ def run_checks(tmp_path: Path, *options: str, fake: str | None = None) -> dict[s
         [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *plugins, *CHECKS,
          f"--preflight-report-dir={out}", *options],
         capture_output=True, text=True, env=env, cwd=tmp_path, timeout=120,
+        # the SIGHUP disposition is the real process's (probe/host_session.py): a suite started under nohup
+        # would pass it on and turn the fake session's SESSION_NOT_DETACHED into a PASS
+        preexec_fn=_default_sighup,
     )
     assert (out / "preflight.json").exists(), result.stdout + result.stderr
     report = json.loads((out / "preflight.json").read_text())
