@@ -36,7 +36,7 @@ from preflight.report.run_result import RunResult, run_result
 from preflight.settings import OPTIONS, Settings
 from preflight.stash import COLLECTOR_KEY, SETTINGS_KEY, collector_of, node_for
 
-# Every module of preflight.fixtures is a plugin of its own (fixtures and options for one area).
+# Every module of preflight.fixtures is a plugin of its own (fixtures and hooks for one area).
 pytest_plugins = [f"preflight.fixtures.{m.name}" for m in pkgutil.iter_modules(preflight.fixtures.__path__)]
 pytest_plugins.append("preflight.report.terminal")  # preflight's own terminal output (--preflight-terminal)
 
