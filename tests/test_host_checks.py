@@ -180,4 +180,4 @@ def test_cli_hands_host_options_to_the_plugin_as_parsed(cli: list[str]) -> None:
     settings = settings_from(args)
     option = next(o for o in OPTIONS if f"--{o.name}" == cli[0])
     assert getattr(settings, option.attribute) == (option.type(cli[1]) if option.type else cli[1])
-    assert not [a for a in pytest_argv(args, settings, []) if a.startswith("--preflight-")]
+    assert not [a for a in pytest_argv(args, settings, []) if a.split("=", 1)[0] in {o.pytest_flag for o in OPTIONS}]
