@@ -30,7 +30,7 @@ def test_gpu_interconnect(record: Recorder, job_topology: JobTopology, link_cost
 
 def test_nvlinks_all_active(record: Recorder, job_topology: JobTopology, settings: Settings, node: Node) -> None:
     """Does every GPU have as many active NVLinks as its peers?"""
-    record(judge_nvlink_counts(job_topology, settings.option("expect_nvlinks"), node.cuda.driver.version))
+    record(judge_nvlink_counts(job_topology, settings.expect_nvlinks, node.cuda.driver.version))
 
 
 def test_topology_sources_agree(record: Recorder, job_topology: JobTopology) -> None:

@@ -14,21 +14,20 @@ import errno
 import io
 import importlib
 import importlib.metadata
-import json
 import os
 import pkgutil
 import sys
 import textwrap
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import preflight
 import preflight.commands
 from preflight.errors import EXIT_USAGE, UsageError
 from preflight.inputs import shown
 from preflight.locations import checks_dir, unwritable
-from preflight.options import Option, UsageParser, argparse_type, join_negative_values
+from preflight.options import UsageParser, argparse_kwargs, join_negative_values
+from preflight.parse.quantity import QuantityError
+from preflight.settings import OPTIONS, Settings
 
 JUNIT_NAME = "preflight-junit.xml"
 
@@ -61,11 +60,8 @@ def subcommands() -> dict[str, str]:
             for m in pkgutil.iter_modules(preflight.commands.__path__)}
 
 
-def build_parser(convert: bool = True) -> argparse.ArgumentParser:
-    """The run's options: every declared option, plus pytest's selection flags. With ``convert``
-    off the values stay as the user typed them (that text is what pytest parses again)."""
-    from preflight.plugin import all_options
-
+def build_parser() -> argparse.ArgumentParser:
+    """The run's options: every option of :data:`preflight.settings.OPTIONS`, plus pytest's selection flags."""
     commands = subcommands()
     parser = UsageParser(
         prog="preflight",
@@ -82,8 +78,8 @@ def build_parser(convert: bool = True) -> argparse.ArgumentParser:
     order = [name for names in OPTION_GROUPS.values() for name in names]
     placed = {option: group for group, options in OPTION_GROUPS.items() for option in options}
     run = groups["run"]
-    for option in sorted(all_options(), key=lambda o: order.index(o.name) if o.name in placed else len(order)):
-        _add(groups[placed.get(option.name, "advanced")], option, argparse_type if convert else None)
+    for option in sorted(OPTIONS, key=lambda o: order.index(o.name) if o.name in placed else len(order)):
+        groups[placed.get(option.name, "advanced")].add_argument(f"--{option.name}", **argparse_kwargs(option))
     run.add_argument("-k", dest="keyword", metavar="EXPR", help="only run checks matching the expression "
                      "(pytest -k), e.g. -k gpu3 or -k 'not nccl'")
     run.add_argument("-m", dest="markexpr", metavar="EXPR", help="only run checks matching the marker "
@@ -125,22 +121,6 @@ def _docstring_summary(module: str) -> str:
     return first.split("``: ", 1)[-1].split(". ", 1)[0].rstrip(".")
 
 
-def _add(
-    parser: argparse._ActionsContainer, option: Option,
-    wrap: Callable[[Callable[[str], Any]], Callable[[str], Any]] | None,
-) -> None:
-    flag = f"--{option.name}"
-    if option.flag:
-        parser.add_argument(flag, dest=option.dest, action="store_true", help=option.help)
-        return
-    kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help, "metavar": option.metavar,
-                                 "choices": option.choices, "default": None,
-                                 "action": "append" if option.multiple else "store"}
-    if option.type is not None and wrap is not None:
-        kwargs["type"] = wrap(option.type)
-    parser.add_argument(flag, **kwargs)
-
-
 def plugin_args() -> list[str]:
     """``-p preflight.plugin`` unless the installed pytest11 entry point already loads it."""
     entry_points = importlib.metadata.entry_points(group="pytest11")
@@ -149,25 +129,22 @@ def plugin_args() -> list[str]:
     return ["-p", "preflight.plugin"]
 
 
-def pytest_argv(args: argparse.Namespace, extra: list[str]) -> list[str]:
-    """Translate the parsed options into pytest's command line."""
-    from preflight.plugin import all_options
+def settings_from(args: argparse.Namespace) -> Settings:
+    """The run's settings from the parsed command line (the one parse); a LoRA combination that says
+    nothing is a usage error."""
+    try:
+        return Settings.from_options(vars(args))
+    except QuantityError as exc:
+        raise UsageError(str(exc)) from None
 
-    report_dir = Path(args.report_dir or "reports").resolve()
+
+def pytest_argv(args: argparse.Namespace, settings: Settings, extra: list[str]) -> list[str]:
+    """pytest's command line: the shipped checks, the reporter, the JUnit file and the selection. The
+    options themselves travel as the :class:`~preflight.settings.Settings`, never as text."""
     where = checks_dir()
     argv = [str(where), "--rootdir", str(where), "-c", os.devnull, "-p", "no:cacheprovider", *plugin_args(),
-            *_reporter_args(args), "-rN", "--tb=no", "--no-header",
-            "-W", "ignore::pytest.PytestAssertRewriteWarning", f"--junitxml={args.junitxml or report_dir / JUNIT_NAME}"]
-    for option in all_options():
-        value = getattr(args, option.dest)
-        if option.flag:
-            if value:
-                argv.append(option.pytest_flag)
-        elif value is not None:
-            values = value if option.multiple else [value]
-            argv.extend(f"{option.pytest_flag}={item}" for item in values)
-    if not args.report_dir:
-        argv.append(f"--preflight-report-dir={report_dir}")
+            *_reporter_args(args), "-rN", "--tb=no", "--no-header", "-W", "ignore::pytest.PytestAssertRewriteWarning",
+            f"--junitxml={args.junitxml or settings.report_dir / JUNIT_NAME}"]
     if args.keyword:
         argv += ["-k", args.keyword]
     if args.markexpr:
@@ -205,13 +182,13 @@ def _check_scratch_locations() -> None:
                          "it at a writable directory, or unset it to use ~/.cache/preflight")
 
 
-def _check_cpu_ranks(args: argparse.Namespace) -> None:
+def _check_cpu_ranks(settings: Settings) -> None:
     """``--cpu --nproc N`` starts N gloo ranks, each a Python process importing torch: more than the cores
     this process may use is refused in one line (``--cpu --nproc 100000`` would fork until memory ran out)."""
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if getattr(args, "cpu", False) and args.nproc and args.nproc > cores:
-        raise UsageError(f"--cpu --nproc {args.nproc}: this node has {cores} CPU core{'s' if cores != 1 else ''} for "
-                         "gloo ranks (one per core at most)")
+    if settings.cpu and settings.nproc and settings.nproc > cores:
+        raise UsageError(f"--cpu --nproc {settings.nproc}: this node has {cores} CPU core{'s' if cores != 1 else ''} "
+                         "for gloo ranks (one per core at most)")
 
 
 def _check_junit_path(path: Path, what: str = "the JUnit XML") -> None:
@@ -269,47 +246,40 @@ def run(argv: list[str]) -> int:
     import pytest
 
     head, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
-    from preflight.plugin import all_options
-
-    value_options = {f"--{o.name}" for o in all_options() if not o.flag}
-    head = join_negative_values(head, value_options)
-    converted = build_parser().parse_args(head)  # validates every value: one line and exit 2 on bad input
-    _check_cpu_ranks(converted)
-    args = build_parser(convert=False).parse_args(head)
-    report_dir = Path(args.report_dir or "reports").resolve()
-    _check_report_dir(report_dir)
+    head = join_negative_values(head, {f"--{o.name}" for o in OPTIONS if not o.flag})
+    args = build_parser().parse_args(head)  # validates every value: one line and exit 2 on bad input
+    settings = settings_from(args)
+    _check_cpu_ranks(settings)
+    _check_report_dir(settings.report_dir)
     if args.junitxml:
         _check_junit_path(Path(args.junitxml).resolve())
-    if getattr(converted, "prometheus", None):
-        _check_junit_path(Path(converted.prometheus), "the Prometheus textfile")
+    if settings.prometheus is not None:
+        _check_junit_path(settings.prometheus, "the Prometheus textfile")
     _check_scratch_locations()
-    stale = report_dir / "preflight.json"
     if not args.quiet:  # the first line within a second: pytest's start and the collection take seconds
-        print(f"preflight {preflight.__version__}: checking this node{' (a CPU rehearsal)' if args.cpu else ''}",
+        print(f"preflight {preflight.__version__}: checking this node{' (a CPU rehearsal)' if settings.cpu else ''}",
               flush=True)
-    code, errors = _run_pytest(pytest_argv(args, extra))
+    from preflight.plugin import PreflightRun
+
+    run = PreflightRun(settings)
+    code, errors = _run_pytest(pytest_argv(args, settings, extra), plugins=[run])
     if code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError(_usage_line(errors))
     sys.stderr.write(errors)
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         raise UsageError("no check matches the selection (-k / -m)")
-    from preflight.report.collector import LAST_RUN
-    from preflight.report.model import headline
-
-    try:
-        report = json.loads(stale.read_text())
-    except (OSError, ValueError):
-        if LAST_RUN.get("verdict") and LAST_RUN.get("write_error"):
-            print(f"{LAST_RUN['verdict']}  (no report: {LAST_RUN['write_error']})")
-            return int(LAST_RUN["exit_code"])
-        raise UsageError(f"the run ended (pytest exit code {int(code)}) without writing {stale}") from None
-    if not LAST_RUN.get("shown"):  # the terminal output ends with the verdict already
-        print(f"{headline(report)}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
-    if args.oneline:
-        from preflight.report.oneline import format_oneline
-
-        print(format_oneline(report))
-    return int(report["run"]["exit_code"])
+    result = run.result()
+    if result is None or not result.reported:
+        if result is not None and result.write_error:
+            print(f"{result.verdict}  (no report: {result.write_error})")
+            return result.exit_code
+        raise UsageError(f"the run ended (pytest exit code {int(code)}) without writing "
+                         f"{settings.report_dir / 'preflight.json'}")
+    if not result.shown:  # the terminal output ends with the verdict already
+        print(f"{result.headline}  reports: {result.json_path}, {result.html_path}")
+    if settings.oneline:
+        print(result.oneline)
+    return result.exit_code
 
 
 EXIT_BROKEN_PIPE = 128 + 13

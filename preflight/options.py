@@ -1,18 +1,16 @@
-"""Every command-line option, declared once for both the ``preflight`` CLI and the pytest plugin.
+"""What an option is, the generic converters, and the argparse glue shared by every parser.
 
 An option ``Option("expect-gpus", ...)`` is ``--expect-gpus`` for ``preflight`` and
-``--preflight-expect-gpus`` for pytest; checks read it as ``settings.option("expect_gpus")``.
-Areas declare their own options as ``OPTIONS`` in their ``preflight/fixtures/<area>.py``.
+``--preflight-expect-gpus`` for pytest; checks read it as the typed field ``settings.expect_gpus``.
+Every run option is declared once, in :data:`preflight.settings.OPTIONS`.
 """
 
 from __future__ import annotations
 
 import argparse
 import difflib
-import importlib
 import os
 import shutil
-import pkgutil
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 from typing import Any, NoReturn
@@ -32,11 +30,18 @@ class Option:
     flag: bool = False
     multiple: bool = False
     metavar: str | None = None
+    attr: str | None = None
+    """The :class:`~preflight.settings.Settings` field, when it is not :attr:`dest` (``timeout_s``)."""
 
     @property
     def dest(self) -> str:
         """Attribute name: ``expect-gpus`` -> ``expect_gpus``."""
         return self.name.replace("-", "_")
+
+    @property
+    def attribute(self) -> str:
+        """The field of :class:`~preflight.settings.Settings` that holds the value."""
+        return self.attr or self.dest
 
     @property
     def pytest_flag(self) -> str:
@@ -148,15 +153,17 @@ def argparse_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     return wrapped
 
 
-def area_options() -> list[Option]:
-    """The ``OPTIONS`` declared by every module in ``preflight.fixtures``."""
-    import preflight.fixtures as package
-
-    found: list[Option] = []
-    for info in sorted(pkgutil.iter_modules(package.__path__), key=lambda m: m.name):
-        module = importlib.import_module(f"preflight.fixtures.{info.name}")
-        found.extend(getattr(module, "OPTIONS", []))
-    return found
+def argparse_kwargs(option: Option) -> dict[str, Any]:
+    """``add_argument`` keywords for ``option`` (its dest, help, converter, choices): the same for the CLI's
+    parser and pytest's ``addoption``; a value not given is None (a flag False), its default is the settings'."""
+    if option.flag:
+        return {"dest": option.dest, "action": "store_true", "default": False, "help": option.help}
+    kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help, "metavar": option.metavar,
+                              "choices": option.choices, "default": None,
+                              "action": "append" if option.multiple else "store"}
+    if option.type is not None:
+        kwargs["type"] = argparse_type(option.type)
+    return kwargs
 
 
 def join_negative_values(argv: Sequence[str], value_options: Collection[str]) -> list[str]:

@@ -2,8 +2,12 @@
 of every check's verdict to the report.
 
 It is loaded through the ``pytest11`` entry point (or the root ``conftest.py`` of a checkout). It
-stays inert for ordinary test runs: the report is written only when checks from ``preflight.checks``
-are collected or a report directory is given on the command line.
+stays inert for ordinary test runs: the report is written only for a ``preflight`` run (a
+:class:`PreflightRun` among the session's plugins), when checks from ``preflight.checks`` are
+collected, or when a report directory is given on the command line. ``preflight`` hands it the
+settings it parsed and reads the run's :class:`~preflight.report.run_result.RunResult` back; pytest
+alone (``pytest checks/ --preflight-cpu``) builds the settings from its own ``--preflight-*`` options.
+What the plugin keeps for the run is on ``config.stash`` under the keys of :mod:`preflight.stash`.
 """
 
 from __future__ import annotations
@@ -21,22 +25,21 @@ import preflight.fixtures
 from preflight.locations import checks_dir
 from preflight.node import Node
 from preflight.node.transports import Transports
-from preflight.options import Option, area_options, argparse_type
+from preflight.options import argparse_kwargs
 from preflight.outcome import Status, Verdict, error
+from preflight.parse.quantity import QuantityError
 from preflight.recording import STATE_KEY, CheckState, Recorder, apply_to_report, verdict_for_phase
-from preflight.report.collector import ReportCollector
+from preflight.report.collector import HTML_NAME, JSON_NAME, ReportCollector
 from preflight.report.model import CheckResult
 from preflight.report.redact import redact_text
-from preflight.settings import CORE_OPTIONS, Settings
+from preflight.report.run_result import RunResult, run_result
+from preflight.settings import OPTIONS, Settings
+from preflight.stash import COLLECTOR_KEY, SETTINGS_KEY, collector_of, node_for
 
-# Every module of preflight.fixtures is a plugin of its own (fixtures and options for one area).
+# Every module of preflight.fixtures is a plugin of its own (fixtures and hooks for one area).
 pytest_plugins = [f"preflight.fixtures.{m.name}" for m in pkgutil.iter_modules(preflight.fixtures.__path__)]
 pytest_plugins.append("preflight.report.terminal")  # preflight's own terminal output (--preflight-terminal)
 
-SETTINGS_KEY = pytest.StashKey[Settings]()
-NODE_KEY = pytest.StashKey[Node]()
-COLLECTOR_KEY = pytest.StashKey[ReportCollector]()
-STARTED_KEY = pytest.StashKey[float]()
 DEADLINE_CODE = "RUN_DEADLINE"
 
 MARKERS = (
@@ -44,38 +47,52 @@ MARKERS = (
     "distributed: the check launches torchrun workers (one launch at a time)",
     "slow: opt-in check that takes long (runs only with --preflight-slow)",
 )
-SLOW_OPTION = Option(name="slow", help="also run the opt-in slow checks (e.g. a DeepSpeed JIT build)", flag=True)
 
 
 class DeadlinePassed(Exception):
     """The overall --timeout passed before a check could start."""
 
 
-def all_options() -> list[Option]:
-    """Core options, the slow switch, then every area's options."""
-    return [*CORE_OPTIONS, SLOW_OPTION, *area_options()]
+class PreflightRun:
+    """One ``preflight`` run, handed to ``pytest.main(argv, plugins=[run])``: the settings the command parsed
+    (pytest's own ``--preflight-*`` options are not read then), and the run's result once pytest returns."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self._collector: ReportCollector | None = None
+
+    @pytest.hookimpl(trylast=True)  # after the plugin's pytest_configure made the collector
+    def pytest_configure(self, config: pytest.Config) -> None:
+        self._collector = collector_of(config)
+
+    def result(self) -> RunResult | None:
+        """The verdict, exit code and reports of the finished run; None when no report was ever built (pytest
+        refused the arguments, or nothing was collected)."""
+        collector = self._collector
+        if collector is None or collector.report is None:
+            return None
+        return run_result(collector.report, exit_code=int(collector.report["run"]["exit_code"]),
+                          report_dir=collector.report_dir, json_name=JSON_NAME, html_name=HTML_NAME,
+                          written=collector.written, write_error=collector.write_error, shown=collector.shown)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("preflight", "preflight: node readiness checks")
-    for option in all_options():
-        kwargs: dict[str, Any] = {"dest": f"preflight_{option.dest}", "help": option.help}
-        if option.flag:
-            kwargs.update(action="store_true", default=False)
-        else:
-            kwargs.update(default=None, metavar=option.metavar, choices=option.choices,
-                          action="append" if option.multiple else "store")
-            if option.type is not None:
-                kwargs["type"] = argparse_type(option.type)
-        group.addoption(option.pytest_flag, **kwargs)
+    for option in OPTIONS:
+        group.addoption(option.pytest_flag, **{**argparse_kwargs(option), "dest": f"preflight_{option.dest}"})
+
+
+def _cli_run(config: pytest.Config) -> PreflightRun | None:
+    """The :class:`PreflightRun` the ``preflight`` command registered, None under pytest alone."""
+    return next((p for p in config.pluginmanager.get_plugins() if isinstance(p, PreflightRun)), None)
 
 
 def _settings_from(config: pytest.Config) -> Settings:
-    values = {}
-    for option in all_options():
-        value = config.getoption(f"preflight_{option.dest}")
-        values[option.dest] = option.default if value is None else value
-    return Settings.from_options(values, started=config.stash.get(STARTED_KEY, time.monotonic()))
+    """pytest alone: the settings from its own parse of the ``--preflight-*`` options."""
+    try:
+        return Settings.from_options({o.dest: config.getoption(f"preflight_{o.dest}") for o in OPTIONS})
+    except QuantityError as exc:
+        raise pytest.UsageError(str(exc)) from None
 
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
@@ -92,14 +109,15 @@ def pytest_preflight_transports(config: pytest.Config) -> Transports:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    config.stash[STARTED_KEY] = time.monotonic()
+    started = time.monotonic()  # the overall --timeout counts from pytest's configuration, as ever
     for marker in MARKERS:
         config.addinivalue_line("markers", marker)
-    settings = _settings_from(config)
+    run = _cli_run(config)
+    settings = (run.settings if run is not None else _settings_from(config)).with_(started=started)
     config.stash[SETTINGS_KEY] = settings
     if hasattr(config, "workerinput"):
         return  # xdist worker: the controller writes the report
-    explicit = config.getoption("preflight_report_dir") is not None
+    explicit = run is not None or config.getoption("preflight_report_dir") is not None
     shipped = str(checks_dir())
     runs_checks = any(str(Path(a).resolve()).startswith(shipped) or a.startswith("preflight.checks")
                       for a in config.args)
@@ -121,24 +139,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return distributed, launch_order(item) if distributed else 0
 
     items.sort(key=place)
-    if config.getoption("preflight_slow"):
+    if config.stash[SETTINGS_KEY].slow:
         return
     for item in items:
         if item.get_closest_marker("slow"):
             item.add_marker(pytest.mark.skip(reason="opt-in slow check: run with --slow to include it"))
-
-
-def node_for(config: pytest.Config) -> Node:
-    """The run's one node model, built on first use from the run's transports."""
-    node = config.stash.get(NODE_KEY, None)
-    if node is None:
-        from preflight.fixtures.gpus import nvml_deadline_s
-
-        transports = config.hook.pytest_preflight_transports(config=config)
-        settings = config.stash[SETTINGS_KEY]
-        node = Node(transports, nproc=settings.nproc, cpu=settings.cpu, nvml_timeout_s=lambda: nvml_deadline_s(config))
-        config.stash[NODE_KEY] = node
-    return node
 
 
 @pytest.fixture(scope="session")
@@ -149,7 +154,7 @@ def node(pytestconfig: pytest.Config) -> Node:
 
 @pytest.fixture(scope="session")
 def settings(pytestconfig: pytest.Config) -> Settings:
-    """The run's options (``settings.expect_gpus``, ``settings.option("model_params")``, ...)."""
+    """The run's options, one typed field each (``settings.expect_gpus``, ``settings.model_params``, ...)."""
     return pytestconfig.stash[SETTINGS_KEY]
 
 

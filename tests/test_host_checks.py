@@ -170,13 +170,14 @@ def test_preflight_cli_runs_the_memory_fit(tmp_path: Path) -> None:
      ["--largest-layer-params", "131072000"], ["--headroom", "12.5%"], ["--headroom", "10GiB"],
      ["--checkpoint-dir", "/data/ckpt"]],
 )
-def test_cli_hands_host_options_to_pytest_unchanged(cli: list[str]) -> None:
-    """The CLI passes parsed values on as ``--preflight-NAME=str(value)``; they must parse back equal."""
-    from preflight.cli import build_parser, pytest_argv
-    from preflight.fixtures.host import OPTIONS
+def test_cli_hands_host_options_to_the_plugin_as_parsed(cli: list[str]) -> None:
+    """The CLI parses once; the settings it hands the plugin hold the converted value, and pytest's command
+    line carries no ``--preflight-*`` copy of it to parse again."""
+    from preflight.cli import build_parser, pytest_argv, settings_from
+    from preflight.settings import OPTIONS
 
     args = build_parser().parse_args(cli)
+    settings = settings_from(args)
     option = next(o for o in OPTIONS if f"--{o.name}" == cli[0])
-    flag = next(a for a in pytest_argv(args, []) if a.startswith(option.pytest_flag + "="))
-    text = flag.split("=", 1)[1]
-    assert (option.type(text) if option.type else text) == getattr(args, option.dest)
+    assert getattr(settings, option.attribute) == (option.type(cli[1]) if option.type else cli[1])
+    assert not [a for a in pytest_argv(args, settings, []) if a.split("=", 1)[0] in {o.pytest_flag for o in OPTIONS}]

@@ -23,7 +23,7 @@ import psutil
 import pytest
 
 from preflight import cli
-from preflight.plugin import all_options
+from preflight.settings import OPTIONS
 from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, as_foreground_job, validate_report
 from tests.fakes import planted
@@ -396,8 +396,8 @@ def test_deselected_checks_are_not_reported_as_not_run(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 UNWRITABLE = ["--report-dir", "/proc/preflight-cannot-write-here"]  # stops a wrongly accepted value early
-NUMERIC_OPTIONS = [o.name for o in all_options() if o.type is not None and o.type is not str]
-CHOICE_OPTIONS = [o.name for o in all_options() if o.choices]
+NUMERIC_OPTIONS = [o.name for o in OPTIONS if o.type is not None and o.type is not str]
+CHOICE_OPTIONS = [o.name for o in OPTIONS if o.choices]
 
 
 def _assert_one_line_usage_error(code: int, stdout: str, stderr: str, *, what: str) -> None:

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from preflight.fixtures import strategies as module
-from preflight.fixtures.strategies import StrategySelection, parse_strategies, selected_strategies, strategy_option
+from preflight.fixtures.strategies import StrategySelection, selected_strategies
+from preflight.option_types import parse_strategies, strategy_option
 from preflight.node.transports import Transports
 from preflight.report.ownership import LOGS, OWNED_MARK
 
@@ -27,7 +28,7 @@ from preflight.report.ownership import LOGS, OWNED_MARK
 def test_names_and_comma_lists_parse(text, names):
     assert parse_strategies(text) == names
     assert strategy_option(text) == ",".join(names)
-    assert parse_strategies(strategy_option(text)) == names  # the CLI hands the value on to pytest unchanged
+    assert parse_strategies(strategy_option(text)) == names  # the joined value reads back the same
 
 
 @pytest.mark.parametrize(("text", "message"), [("zero4", "unknown strategy 'zero4'; expected ddp, fsdp, zero1"),

@@ -2,7 +2,8 @@
 
 Codes are stable names for problems (``GPU_ECC_UNCORRECTABLE``); a report, the JUnit file and the
 one-line status carry them, and ``preflight explain CODE`` prints the entry. The entries live in
-one module per area (``preflight/codes/<area>.py``, each a ``CODES`` tuple); a test scans the
+one module per area (``preflight/codes/<area>.py``, each a ``CODES`` tuple of the :class:`Code` of
+``preflight/codes/entry.py``, which imports nothing back from here); a test scans the
 judges' source and fails when a code is used that has no entry, or an entry no code uses.
 
 Every entry has a :class:`Kind`, and problems are listed by it everywhere (the terminal, ``--oneline``,
@@ -25,54 +26,15 @@ names it until it is classified.
 from __future__ import annotations
 
 import difflib
-import enum
 import functools
 from collections.abc import Iterator
 from dataclasses import dataclass
 
+from preflight.codes import devices, distributed, fabric, host, plan, toolkit
+from preflight.codes.entry import DEFAULT_KIND, Code, Kind
 
-class Kind(str, enum.Enum):
-    """What a problem is, in the order problems are listed (the module docstring says how to choose)."""
-
-    RMA = "rma"
-    HARDWARE = "hardware"
-    BLOCKER = "blocker"
-    COST = "cost"
-    NOTE = "note"
-
-    @property
-    def rank(self) -> int:
-        """0 for what must be listed first (RMA) up to NOTE."""
-        return list(Kind).index(self)
-
-    @property
-    def label(self) -> str:
-        """How the catalogue names the class: ``replace the hardware``, ``stops the job``, ..."""
-        return _KIND_LABELS[self]
-
-
-_KIND_LABELS = {Kind.RMA: "replace the hardware", Kind.HARDWARE: "hardware fault", Kind.BLOCKER: "stops the job",
-                Kind.COST: "costs the job", Kind.NOTE: "note"}
-DEFAULT_KIND = Kind.BLOCKER
-"""The class of an entry not yet classified, and of a code the catalogue does not know."""
-
-
-@dataclass(frozen=True, slots=True)
-class Code:
-    """One catalogue entry. ``meaning``: what preflight saw; ``why``: what it does to the training job;
-    ``fix``: what to do. The report's own remediation fills in the node's ids; this is the general form.
-    ``kind``: where its problems are listed (None: not classified yet, listed as :data:`DEFAULT_KIND`)."""
-
-    code: str
-    meaning: str
-    why: str
-    fix: str
-    kind: Kind | None = None
-
-    @property
-    def problem_kind(self) -> Kind:
-        """The kind the order of problems uses."""
-        return self.kind or DEFAULT_KIND
+__all__ = ["DEFAULT_KIND", "Area", "Code", "Kind", "areas", "catalogue", "close_matches", "iter_codes", "kind_of",
+           "lookup"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,9 +46,7 @@ class Area:
 
 
 def areas() -> tuple[Area, ...]:
-    """Every area of the catalogue (imported here so the data modules stay plain)."""
-    from preflight.codes import devices, distributed, fabric, host, plan, toolkit
-
+    """Every area of the catalogue, in the order it is shown."""
     return tuple(Area(module.AREA, module.CODES) for module in (devices, fabric, toolkit, host, distributed, plan))
 
 

@@ -7,7 +7,7 @@ here they are expanded over the same names, so every concrete code has its entry
 
 from __future__ import annotations
 
-from preflight.codes import Code, Kind
+from preflight.codes.entry import Code, Kind
 from preflight.judge.strategies import STRATEGIES, TITLES
 
 AREA = "Rehearsal launches, preflight rehearse and the run"

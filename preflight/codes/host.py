@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from preflight.codes import Code, Kind
+from preflight.codes.entry import Code, Kind
 
 AREA = "Host, session and memory fit"
 

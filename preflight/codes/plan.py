@@ -3,7 +3,7 @@ command, the training script). Codes marked "a note" are facts the findings tabl
 
 from __future__ import annotations
 
-from preflight.codes import Code, Kind
+from preflight.codes.entry import Code, Kind
 
 AREA = "The job's plan: DeepSpeed config, launch command, training script"
 

@@ -16,7 +16,6 @@ replaced. Exit codes: 0 ready or degraded (1 with --strict), 1 not ready, 2 bad 
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 from collections.abc import Callable
@@ -32,10 +31,12 @@ from preflight.options import (
     positive_float,
     positive_int,
     python_interpreter,
+    seconds,
 )
 from preflight.parse.quantity import parse_param_count
 from preflight.report.redact import redact_text
 from preflight.rehearse import checks as rehearse_checks
+from preflight.settings import Settings
 from preflight.rehearse.plan import (
     CPU_RANKS,
     DEFAULT_MEASURE_FOR_S,
@@ -202,16 +203,24 @@ def make_plan(argv: list[str], cwd: Path, node: Callable[[str], tuple[int, int]]
     return plan, args
 
 
-def pytest_argv(plan: RehearsalPlan, args: argparse.Namespace, report_dir: Path) -> list[str]:
-    """The session: the rehearsal checks under preflight's plugin, the overall deadline from the plan."""
+def pytest_argv(args: argparse.Namespace, report_dir: Path) -> list[str]:
+    """The session: the rehearsal checks under preflight's plugin (the settings travel as a value)."""
     where = Path(rehearse_checks.__file__).resolve().parent
-    overall = len(plan.sizes) * (plan.timeout_s + PER_LAUNCH_SLACK_S) + SWEEP_ALLOWANCE_S
-    argv = [str(where), "--rootdir", str(where), "-c", os.devnull, "-p", "no:cacheprovider", *plugin_args(),
+    return [str(where), "--rootdir", str(where), "-c", os.devnull, "-p", "no:cacheprovider", *plugin_args(),
             *(["-v"] if args.verbose else ["--preflight-terminal"]), "-rN", "--tb=no", "--no-header",
-            "-W", "ignore::pytest.PytestAssertRewriteWarning", f"--junitxml={args.junitxml or report_dir / JUNIT_NAME}",
-            f"--preflight-report-dir={report_dir}", f"--preflight-timeout={overall:.0f}",
-            f"--preflight-python={plan.python}"]  # the report's torch facts are the job's interpreter's
-    return argv + (["--preflight-strict"] if args.strict else [])
+            "-W", "ignore::pytest.PytestAssertRewriteWarning", f"--junitxml={args.junitxml or report_dir / JUNIT_NAME}"]
+
+
+def run_settings(plan: RehearsalPlan, args: argparse.Namespace, report_dir: Path) -> Settings:
+    """The plugin's settings for the session: the overall deadline from the plan, the job's interpreter
+    (the report's torch facts are its), --strict."""
+    overall = len(plan.sizes) * (plan.timeout_s + PER_LAUNCH_SLACK_S) + SWEEP_ALLOWANCE_S
+    try:
+        timeout = seconds(f"{overall:.0f}")
+    except ValueError as exc:
+        raise UsageError(f"the rehearsal's overall deadline: {exc}") from None
+    return Settings.from_options({"report_dir": str(report_dir), "timeout": timeout, "python": plan.python,
+                                  "strict": args.strict})
 
 
 def plan_line(plan: RehearsalPlan) -> str:
@@ -240,20 +249,20 @@ def main(argv: list[str]) -> int:
     print(plan_line(plan), flush=True)
     import pytest
 
-    from preflight.report.collector import LAST_RUN
+    from preflight.plugin import PreflightRun
     from preflight.rehearse.session import RehearsalSession
 
     report_json = report_dir / "preflight.json"
     report_json.unlink(missing_ok=True)
     session = RehearsalSession(plan, report_dir)
-    code, errors = _run_pytest(pytest_argv(plan, args, report_dir), plugins=[session])
+    run = PreflightRun(run_settings(plan, args, report_dir))
+    code, errors = _run_pytest(pytest_argv(args, report_dir), plugins=[session, run])
     if code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError(_usage_line(errors))
     sys.stderr.write(errors)
-    try:
-        report = json.loads(report_json.read_text())
-    except (OSError, ValueError):
-        raise UsageError(f"the rehearsal ended (pytest exit code {int(code)}) without writing {report_json}") from None
-    if not LAST_RUN.get("shown"):  # preflight's reporter ends with the verdict already
-        print(f"{report['verdict']}  reports: {report_json}, {report_dir / 'preflight.html'}")
-    return int(report["run"]["exit_code"])
+    result = run.result()
+    if result is None or not result.reported:
+        raise UsageError(f"the rehearsal ended (pytest exit code {int(code)}) without writing {report_json}")
+    if not result.shown:  # preflight's reporter ends with the verdict already
+        print(f"{result.verdict}  reports: {result.json_path}, {result.html_path}")
+    return result.exit_code

@@ -10,21 +10,34 @@ Example: ``preflight size --model-params 70B --gpus 8 --gpu-memory 80GB``. LoRA/
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 
 from preflight.errors import UsageError
-from preflight.options import UsageParser, argparse_type, join_negative_values
-from preflight.judge.memory_fit import DEFAULT_HEADROOM, GpuMemory, plan_as_dict, plan_lines, plan_memory_fit
-from preflight.judge.sizing import BASE_BITS, lora_split, parse_bytes_per_param
-from preflight.options import positive_int
-from preflight.parse.quantity import QuantityError, parse_headroom, parse_memory_size, parse_param_count
+from preflight.judge.memory_fit import GpuMemory, plan_as_dict, plan_lines, plan_memory_fit
+from preflight.judge.sizing import lora_split
+from preflight.options import UsageParser, argparse_kwargs, argparse_type, join_negative_values
+from preflight.parse.quantity import QuantityError, parse_memory_size
+from preflight.settings import option_named
 
-_VALUE_OPTIONS = (
-    "--model-params", "--gpus", "--gpu-memory", "--bytes-per-param", "--largest-layer-params", "--headroom",
-    "--trainable-params", "--lora-rank", "--hidden-size", "--num-layers", "--lora-matrices", "--base-bits",
-)
-
+SHARED_OPTIONS: dict[str, str | None] = {
+    "model-params": "model size: 7B, 7e9, 7000M, 1.5T, 350k",
+    "bytes-per-param": "a total (16) or a split weights=2,master=4,optimizer=8,gradients=4 (default 18)",
+    "largest-layer-params": "parameters of the largest layer gathered by ZeRO-3/FSDP (default: 10%% of the model, "
+                            "at most 2.5B)",
+    "headroom": "memory kept for activations: a percentage of each GPU (default 20%%) or a size",
+    "trainable-params": "LoRA/partial fine-tuning: parameters trained (part of --model-params)",
+    "lora-rank": None,
+    "hidden-size": None,
+    "num-layers": None,
+    "lora-matrices": None,
+    "base-bits": "storage of the frozen base weights: 16 (bf16), 8 (int8), 4 (QLoRA NF4); default 16",
+}
+"""The run's options ``preflight size`` takes too (the same converter and default), each with the help that
+fits planning without a node (None: the run's own)."""
+METAVARS = {"base-bits": "{16,8,4}"}
+REQUIRED = ("model-params",)
 
 MAX_GPUS = 65536
 """The largest job the table plans for (a 100k-GPU cluster is not one ZeRO group); the table holds one
@@ -50,38 +63,25 @@ def build_parser() -> argparse.ArgumentParser:
         prog="preflight size",
         description="Model-state memory per GPU for DDP, ZeRO-1/2/3 and FSDP, before activations.",
     )
-    parser.add_argument("--model-params", required=True, type=argparse_type(parse_param_count), metavar="N",
-                        help="model size: 7B, 7e9, 7000M, 1.5T, 350k")
-    parser.add_argument("--gpus", required=True, type=argparse_type(_gpu_count), metavar="N",
-                        help="number of GPUs (ranks)")
-    parser.add_argument("--gpu-memory", required=True, type=argparse_type(parse_memory_size), metavar="SIZE",
-                        help="memory of one GPU: 80GB (10^9 bytes), 80GiB, 81559MiB")
-    parser.add_argument("--bytes-per-param", type=argparse_type(parse_bytes_per_param), default=None, metavar="SPEC",
-                        help="a total (16) or a split weights=2,master=4,optimizer=8,gradients=4 (default 18)")
-    parser.add_argument("--largest-layer-params", type=argparse_type(parse_param_count), default=None, metavar="N",
-                        help="parameters of the largest layer gathered by ZeRO-3/FSDP "
-                        "(default: 10%% of the model, at most 2.5B)")
-    parser.add_argument("--headroom", type=argparse_type(parse_headroom), default=DEFAULT_HEADROOM, metavar="SIZE",
-                        help="memory kept for activations: a percentage of each GPU (default 20%%) or a size")
-    parser.add_argument("--trainable-params", type=argparse_type(parse_param_count), default=None, metavar="N",
-                        help="LoRA/partial fine-tuning: parameters trained (part of --model-params)")
-    parser.add_argument("--lora-rank", type=argparse_type(positive_int), default=None, metavar="R",
-                        help="LoRA rank; with --hidden-size and --num-layers the adapter count follows")
-    parser.add_argument("--hidden-size", type=argparse_type(positive_int), default=None, metavar="H",
-                        help="the model's hidden size (for --lora-rank)")
-    parser.add_argument("--num-layers", type=argparse_type(positive_int), default=None, metavar="L",
-                        help="the model's layer count (for --lora-rank)")
-    parser.add_argument("--lora-matrices", type=argparse_type(positive_int), default=None, metavar="M",
-                        help="adapted hidden x hidden matrices per layer (default 2: q_proj, v_proj)")
-    parser.add_argument("--base-bits", type=int, choices=BASE_BITS, default=None,
-                        help="storage of the frozen base weights: 16 (bf16), 8 (int8), 4 (QLoRA NF4); default 16")
+    for name, help_text in SHARED_OPTIONS.items():
+        option = option_named(name)
+        option = dataclasses.replace(option, help=help_text or option.help, metavar=METAVARS.get(name, option.metavar))
+        kwargs = {**argparse_kwargs(option), "default": option.default}
+        parser.add_argument(f"--{name}", required=name in REQUIRED, **kwargs)
+        if name == "model-params":  # the node's size follows the model's in --help
+            parser.add_argument("--gpus", required=True, type=argparse_type(_gpu_count), metavar="N",
+                                help="number of GPUs (ranks)")
+            parser.add_argument("--gpu-memory", required=True, type=argparse_type(parse_memory_size),
+                                metavar="SIZE", help="memory of one GPU: 80GB (10^9 bytes), 80GiB, 81559MiB")
     parser.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
     return parser
 
 
 def main(argv: list[str]) -> int:
     """Print the per-strategy table (or JSON); bad sizes raise UsageError (exit code 2)."""
-    args = build_parser().parse_args(join_negative_values(argv, _VALUE_OPTIONS))
+    parser = build_parser()
+    value_options = [flag for action in parser._actions if action.nargs != 0 for flag in action.option_strings]
+    args = parser.parse_args(join_negative_values(argv, value_options))
     gpus = [GpuMemory(index=i, name="", total_bytes=args.gpu_memory) for i in range(args.gpus)]
     lora_wanted = any(v is not None for v in (args.trainable_params, args.lora_rank, args.hidden_size, args.num_layers,
                                                args.lora_matrices, args.base_bits))

@@ -36,12 +36,12 @@ from preflight.rehearse.facts import SizeFigures, SizeRun, size_figures, size_ru
 from preflight.rehearse.plan import RehearsalPlan
 from preflight.rehearse.table import table_view, terminal_lines
 from preflight.rehearse.watch import BeatWatch, capacity_for
-from preflight.plugin import COLLECTOR_KEY
 from preflight.report.facts import add_section, gathered_sections
 from preflight.report.ownership import LOGS, remove_if_owned
 from preflight.report.redact import redact_obj
 from preflight.report.terminal import LIVE_STATUS_KEY, SUMMARY_LINES_KEY
 from preflight.workers.rank_log import private_dirs
+from preflight.stash import COLLECTOR_KEY
 
 SESSION_KEY = pytest.StashKey["RehearsalSession"]()
 BOOTSTRAP = Path(bootstrap.__file__).resolve()

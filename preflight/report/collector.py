@@ -38,8 +38,6 @@ HTML_NAME = "preflight.html"
 LINES_NAME = "preflight.jsonl"
 WATCHDOG_GRACE_S = 3.0
 WATCHDOG_HARD_S = 10.0
-LAST_RUN: dict[str, Any] = {}
-"""The last run's verdict, exit code and report write error, for the CLI when the disk took no report."""
 
 
 class RunInterrupted(KeyboardInterrupt):
@@ -56,8 +54,8 @@ class ReportCollector:
         self.record = RunRecord(argv=list(sys.argv))
         self.record.selection = Selection(keyword=config.getoption("keyword", None) or None,
                                           markexpr=config.getoption("markexpr", None) or None,
-                                          profile=settings.profile, strategy=settings.option("strategy"),
-                                          slow=bool(settings.option("slow")))
+                                          profile=settings.profile, strategy=list(settings.strategies) or None,
+                                          slow=settings.slow)
         self.report_dir = settings.report_dir
         self.lines: LineLog | None = None
         self.written: list[Path] = []
@@ -70,6 +68,8 @@ class ReportCollector:
         self._held_previous: dict[int, Any] = {}
         self.directory: ReportDirectory | None = None
         self.write_error: str | None = None
+        self.shown = False
+        """The terminal output ended with the verdict (the command does not repeat it)."""
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -119,8 +119,7 @@ class ReportCollector:
 
     def _own_outputs(self) -> list[Path]:
         """This run's outputs outside the report's fixed names: the JUnit and Prometheus files it was given."""
-        paths = [self.config.getoption("xmlpath", default=None), self.config.getoption("preflight_prometheus",
-                                                                                        default=None)]
+        paths = [self.config.getoption("xmlpath", default=None), self.settings.prometheus]
         return [Path(p) for p in paths if p]
 
     @pytest.hookimpl(tryfirst=True)
@@ -187,7 +186,6 @@ class ReportCollector:
         problem = f"could not write the JUnit XML {self.config.getoption('xmlpath')}: {exc.strerror or exc}"
         if self.write_error is None:
             self.write_error = problem
-            LAST_RUN["write_error"] = problem
             print(f"preflight: {problem}", file=sys.stderr, flush=True)
 
     def _finish(self, exitstatus: int | pytest.ExitCode) -> None:
@@ -283,12 +281,11 @@ class ReportCollector:
             self.record,
             node=node,
             environment=report_environment(os.environ),
-            options={k: _plain(v) for k, v in self.settings.options.items()},
+            options={k: _plain(v) for k, v in self.settings.as_options().items()},
             exit_code=self.exit_code(),
             sections=gathered_sections(self.config),
         )
         self.report = printable(redact_obj(report))
-        LAST_RUN.update(verdict=self.report["verdict"], exit_code=self.exit_code(), write_error=None, shown=False)
         try:
             for path, render in ((self.report_dir / JSON_NAME, dump_json), (self.report_dir / HTML_NAME,
                                                                               render_html)):
@@ -296,7 +293,6 @@ class ReportCollector:
                 self.written.append(path)
         except OSError as exc:
             self.write_error = f"could not write the reports in {self.report_dir}: {exc.strerror or exc}"
-            LAST_RUN["write_error"] = self.write_error
             print(f"preflight: {self.write_error}", file=sys.stderr, flush=True)
 
     # -- terminal --------------------------------------------------------------------------
@@ -320,7 +316,7 @@ class ReportCollector:
         colour = {"READY": {"green": True}, "DEGRADED": {"yellow": True}}.get(report["verdict"], {"red": True})
         tw.line(f"preflight: {headline(report)}", bold=True, **colour)
         tw.line("reports: " + ", ".join(str(p) for p in self.written))
-        LAST_RUN["shown"] = True  # the command does not repeat the verdict
+        self.shown = True  # the command does not repeat the verdict
 
     # -- interruption ----------------------------------------------------------------------
 
@@ -352,7 +348,7 @@ class ReportCollector:
 def _node_model_facts(config: pytest.Config, *, wait: bool) -> dict[str, Any]:
     """The node model's sections (the job's torch, the job), whatever ``-k`` selected; an interrupted run
     does not wait for a torch probe still running (a scheduler's grace period is short)."""
-    from preflight.plugin import node_for
+    from preflight.stash import node_for
 
     return node_for(config).as_dict(wait=wait)
 

@@ -59,7 +59,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(trylast=True)  # after pytest's reporter and the report collector exist
 def pytest_configure(config: pytest.Config) -> None:
-    from preflight.plugin import COLLECTOR_KEY
+    from preflight.stash import COLLECTOR_KEY
 
     if not config.getoption("preflight_terminal") or hasattr(config, "workerinput"):
         return
@@ -464,8 +464,7 @@ class PreflightTerminal:
 
     @pytest.hookimpl(trylast=True)  # the collector has written the reports by now
     def pytest_sessionfinish(self, session: pytest.Session) -> None:
-        from preflight.plugin import COLLECTOR_KEY
-        from preflight.report.collector import LAST_RUN
+        from preflight.stash import COLLECTOR_KEY
 
         self.live.stop()
         self._show_fold()
@@ -487,7 +486,8 @@ class PreflightTerminal:
         for text in block[:-1]:
             self.line(text, text.split(" ", 1)[0])
         self.line(block[-1], str(report.get("verdict", "")), bold=True)
-        LAST_RUN["shown"] = True
+        if collector is not None:
+            collector.shown = True  # the command does not repeat the verdict
 
     def pytest_unconfigure(self, config: pytest.Config) -> None:
         self.live.stop()
