@@ -41,6 +41,7 @@ from preflight.launch.outcome import (
     root_cause_rank,
     signal_words,
 )
+from preflight.launch.phase_results import MalformedResult, OutputParser, read_rank_result
 from preflight.launch.plan import LaunchPlan
 from preflight.launch.reaper import LaunchCgroup, stop_launch
 from preflight.locations import PACKAGE_DIR
@@ -465,8 +466,9 @@ def read_phases(plan: LaunchPlan, run_dir: Path, log: str, tail: str, *, hung: s
     results: list[PhaseResult] = []
     broken: PhaseResult | None = None
     for position, phase in enumerate(plan.phases):
-        ranks = tuple(_rank_outcome(run_dir, rank, phase.name, position, marks[rank], startup_errors[rank],
-                                    exitcodes, root, hung=hung, cut=cut, now=now, launcher_signal=launcher_signal)
+        ranks = tuple(_rank_outcome(run_dir, rank, phase.name, phase.parse_output, position, marks[rank],
+                                    startup_errors[rank], exitcodes, root, hung=hung, cut=cut, now=now,
+                                    launcher_signal=launcher_signal)
                       for rank in range(plan.nproc))
         states = {r.state for r in ranks}
         reason = ""
@@ -495,17 +497,22 @@ def read_phases(plan: LaunchPlan, run_dir: Path, log: str, tail: str, *, hung: s
 
 
 def _finished_duration(ranks: Sequence[RankOutcome]) -> float:
-    durations = [float((r.result or {}).get("duration_s", 0.0)) for r in ranks if r.state == FINISHED]
+    durations = [r.result.duration_s for r in ranks if r.state == FINISHED and r.result is not None]
     return max(durations, default=0.0)
 
 
-def _rank_outcome(run_dir: Path, rank: int, phase: str, position: int, mark: RankProgress | None,
-                  startup_error: dict[str, Any] | None, exitcodes: dict[int, int], root: int | None, *,
-                  hung: str | None, cut: bool, now: float, launcher_signal: int | None = None) -> RankOutcome:
+def _rank_outcome(run_dir: Path, rank: int, phase: str, parse_output: OutputParser, position: int,
+                  mark: RankProgress | None, startup_error: dict[str, Any] | None, exitcodes: dict[int, int],
+                  root: int | None, *, hung: str | None, cut: bool, now: float,
+                  launcher_signal: int | None = None) -> RankOutcome:
     log_path = run_dir / f"rank{rank}.log"
     tail = logs.tail(log_path)
     seq = mark.seq if mark is not None else 0
-    result = _json(run_dir / result_name(rank, phase))
+    try:
+        result = read_rank_result(run_dir / result_name(rank, phase), parse_output)
+    except MalformedResult as exc:  # the rank finished but wrote what its worker never writes: its fault, named
+        return RankOutcome(rank, "crashed", error=f"its {phase} result cannot be read: {exc}",
+                           exitcode=exitcodes.get(rank), log_tail=tail, log_path=str(log_path), progress_seq=seq)
     if result is not None:
         return RankOutcome(rank, FINISHED, result=result, log_tail=tail, log_path=str(log_path), progress_seq=seq)
     error = _json(run_dir / error_name(rank, phase))
