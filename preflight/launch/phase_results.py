@@ -548,6 +548,29 @@ class RankResult:
         return self.output
 
 
+@dataclass(frozen=True, slots=True)
+class RankError:
+    """What a rank wrote when its phase (or its start-up) raised, ``rank<N>.<phase>.error.json``: the
+    exception as ``Type: message`` and when (the first error in time is the likely root cause)."""
+
+    error: str
+    time: float | None
+
+    @classmethod
+    def read(cls, path: Path) -> RankError | None:
+        """The error file, or None when there is none (or it is not a JSON object). Read leniently: a rank
+        that wrote one raised, whatever it holds."""
+        try:
+            data = json.loads(path.read_text())
+        except (OSError, ValueError):
+            return None
+        if not isinstance(data, dict):
+            return None
+        when = data.get("time")
+        return cls(str(data.get("error")),
+                   float(when) if isinstance(when, (int, float)) and not isinstance(when, bool) else None)
+
+
 def read_rank_result(path: Path, parse_output: OutputParser) -> RankResult | None:
     """A rank's result file, parsed; None when it is missing or not a JSON object (as if never written: the
     rank's error file or exit code then says what happened). :class:`MalformedResult` for a wrong shape."""

@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from preflight.launch import logs
 from preflight.launch.outcome import (
@@ -41,7 +41,7 @@ from preflight.launch.outcome import (
     root_cause_rank,
     signal_words,
 )
-from preflight.launch.phase_results import MalformedResult, OutputParser, read_rank_result
+from preflight.launch.phase_results import MalformedResult, OutputParser, RankError, read_rank_result
 from preflight.launch.plan import LaunchPlan
 from preflight.launch.reaper import LaunchCgroup, stop_launch
 from preflight.locations import PACKAGE_DIR
@@ -447,21 +447,13 @@ def _environment(overrides: Mapping[str, str | None], run_dir: Path, deadline_s:
 # -- reading what the ranks left ------------------------------------------------------------------------
 
 
-def _json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def read_phases(plan: LaunchPlan, run_dir: Path, log: str, tail: str, *, hung: str | None, cut: bool,
                 cut_reason: str, now: float, launcher_signal: int | None = None) -> tuple[PhaseResult, ...]:
     """One :class:`PhaseResult` per planned phase from the files the ranks left."""
     exitcodes = failure_exitcodes(log)
     root = root_cause_rank(log)
     marks = [RankProgress.read(run_dir / progress_name(r)) for r in range(plan.nproc)]
-    startup_errors = [_json(run_dir / error_name(r, "startup")) for r in range(plan.nproc)]
+    startup_errors = [RankError.read(run_dir / error_name(r, "startup")) for r in range(plan.nproc)]
     in_startup = any(m is None or m.phase == STARTUP for m in marks)
     results: list[PhaseResult] = []
     broken: PhaseResult | None = None
@@ -502,7 +494,7 @@ def _finished_duration(ranks: Sequence[RankOutcome]) -> float:
 
 
 def _rank_outcome(run_dir: Path, rank: int, phase: str, parse_output: OutputParser, position: int,
-                  mark: RankProgress | None, startup_error: dict[str, Any] | None, exitcodes: dict[int, int],
+                  mark: RankProgress | None, startup_error: RankError | None, exitcodes: dict[int, int],
                   root: int | None, *, hung: str | None, cut: bool, now: float,
                   launcher_signal: int | None = None) -> RankOutcome:
     log_path = run_dir / f"rank{rank}.log"
@@ -515,12 +507,12 @@ def _rank_outcome(run_dir: Path, rank: int, phase: str, parse_output: OutputPars
                            exitcode=exitcodes.get(rank), log_tail=tail, log_path=str(log_path), progress_seq=seq)
     if result is not None:
         return RankOutcome(rank, FINISHED, result=result, log_tail=tail, log_path=str(log_path), progress_seq=seq)
-    error = _json(run_dir / error_name(rank, phase))
+    error = RankError.read(run_dir / error_name(rank, phase))
     if error is None and position == 0:
         error = startup_error
     if error is not None:
-        return RankOutcome(rank, "crashed", error=str(error.get("error")), exitcode=1, log_tail=tail,
-                           log_path=str(log_path), error_time=_float(error.get("time")), progress_seq=seq)
+        return RankOutcome(rank, "crashed", error=error.error, exitcode=1, log_tail=tail,
+                           log_path=str(log_path), error_time=error.time, progress_seq=seq)
     current = mark.phase if mark is not None else STARTUP
     here = current == phase or (position == 0 and current == STARTUP)
     if not here:
@@ -546,7 +538,3 @@ def _rank_outcome(run_dir: Path, rank: int, phase: str, parse_output: OutputPars
                            log_tail=tail, log_path=str(log_path), last_phase=label, progress_seq=seq)
     return RankOutcome(rank, "stopped", error="ended without a result after a peer failed", log_tail=tail,
                        log_path=str(log_path), last_phase=label, progress_seq=seq)
-
-
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
