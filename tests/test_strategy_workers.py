@@ -69,8 +69,8 @@ def test_fsdp2_on_two_gloo_ranks_trains_and_round_trips_its_sharded_checkpoint(t
     assert first.shard_sha256 != second.shard_sha256  # each rank holds its own shard
     for checkpoint in (first.checkpoint, second.checkpoint):
         assert checkpoint.available and checkpoint.mismatched_count == 0 and (checkpoint.tensors or 0) > 0
-        assert checkpoint["differed_before_load"]  # the fresh model really started elsewhere
-    assert first["checkpoint"]["removed"] is True and not (tmp_path / "checkpoint").exists()
+        assert checkpoint.differed_before_load  # the fresh model really started elsewhere
+    assert first.checkpoint.removed is True and not (tmp_path / "checkpoint").exists()
     verdict = judge_strategy(result, "fsdp")
     assert verdict.status is Status.PASS, verdict.summary
     assert "loaded back exactly" in verdict.summary and "FSDP2" in verdict.summary

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
+
 from preflight.launch.outcome import PhaseResult
 from preflight.launch.phase_results import DdpResult
 from preflight.outcome import Metric, Verdict, View, error, fail, passed
