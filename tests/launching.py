@@ -6,6 +6,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 from preflight.launch.outcome import LaunchResult, PhaseResult
+from preflight.launch.phase_results import OtherResult, OutputParser
 from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import launch
 
@@ -19,7 +20,7 @@ def launch_phases(phases: Sequence[Phase], *, nproc: int, run_dir: Path, deadlin
 
 def launch_phase(entry: str, *, nproc: int, run_dir: Path, args: Sequence[str] = (), budget_s: float = 90.0,
                  deadline_s: float = 120.0, env: Mapping[str, str | None] | None = None,
-                 name: str = "phase") -> PhaseResult:
-    """Run one phase (``module:function``) and return its result."""
-    phase = Phase(name, entry, tuple(args), budget_s=budget_s)
+                 name: str = "phase", parse_output: OutputParser = OtherResult.parse) -> PhaseResult:
+    """Run one phase (``module:function``, its result read with ``parse_output``) and return its result."""
+    phase = Phase(name, entry, tuple(args), budget_s=budget_s, parse_output=parse_output)
     return launch_phases([phase], nproc=nproc, run_dir=run_dir, deadline_s=deadline_s, env=env).phase(name)

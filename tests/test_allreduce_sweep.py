@@ -8,6 +8,7 @@ import pytest
 
 from preflight.launch.allreduce_sweep import sweep_plan, sweep_run_from_launch, without_label
 from preflight.launch.outcome import PhaseResult, RankOutcome
+from preflight.launch.phase_results import AllreduceResult, RankResult
 from preflight.probe.sweep import RunStatus, SizeResult
 from preflight.workers.allreduce import _split, parse_args
 
@@ -40,6 +41,16 @@ def test_without_label() -> None:
     assert without_label(("NCCL_P2P_LEVEL", "NCCL_ALGO")) == "without NCCL_ALGO NCCL_P2P_LEVEL"
 
 
+def _swept(rank: int, sizes: tuple[SizeResult, ...] = (), **kwargs: object) -> RankOutcome:
+    """A rank that finished the sweep with ``sizes``, its result read as the launcher reads it."""
+    output = {"sizes": [{**size.as_dict(), "iters": 20} for size in sizes], "skipped": [], "world_size": 2,
+              "backend": "gloo", "nccl_version": None, "sweep_s": 1.0}
+    written = {"rank": rank, "world_size": 2, "local_rank": rank, "backend": "gloo",
+               "device": {"kind": "cpu", "id": "cpu", "pid": 1}, "phase": "allreduce", "duration_s": 1.0,
+               "notes": [], "result": output}
+    return RankOutcome(rank, "finished", result=RankResult.parse(written, AllreduceResult.parse), **kwargs)
+
+
 def _launch(tmp_path: Path, ranks: tuple[RankOutcome, ...], timed_out: bool = False, cut: bool = False,
             state: str | None = None) -> PhaseResult:
     finished = all(r.state == "finished" for r in ranks)
@@ -52,10 +63,9 @@ def _launch(tmp_path: Path, ranks: tuple[RankOutcome, ...], timed_out: bool = Fa
 
 def test_finished_launch_becomes_an_ok_run(tmp_path: Path) -> None:
     size = SizeResult(MIB, 0.001, 1.048576, 1.048576, True)
-    payload = {"backend": "gloo", "result": {"sizes": [size.as_dict()]}}
     log = tmp_path / "rank0.log"
     log.write_text("h:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM\n")
-    ranks = (RankOutcome(0, "finished", result=payload, log_path=str(log)), RankOutcome(1, "finished", result=payload))
+    ranks = (_swept(0, (size,), log_path=str(log)), _swept(1, (size,)))
     run = sweep_run_from_launch("as-is", _launch(tmp_path, ranks), {"NCCL_DEBUG": "INFO"}, on_gpu=False)
     assert run.status is RunStatus.OK and run.ok and run.sizes == (size,) and run.backend == "gloo"
     assert "via P2P/CUMEM" in run.nccl_log and run.env == {"NCCL_DEBUG": "INFO"}
@@ -65,7 +75,7 @@ def test_finished_launch_becomes_an_ok_run(tmp_path: Path) -> None:
 def test_hung_launch_keeps_each_ranks_place_and_log_tail(tmp_path: Path) -> None:
     tail = "\n".join(f"line {i}" for i in range(20))
     ranks = (RankOutcome(0, "hung", error="still running at the deadline", log_tail=tail, last_phase="all-reduce of 1048576 bytes", idle_s=25.0),
-             RankOutcome(1, "finished", result={"result": {"sizes": []}}))
+             _swept(1))
     run = sweep_run_from_launch("as-is", _launch(tmp_path, ranks, timed_out=True), {}, on_gpu=True)
     assert run.status is RunStatus.HUNG and not run.ok and run.backend == "nccl"
     note = run.not_finished()[0]
@@ -80,7 +90,7 @@ def test_crashed_launch_is_failed(tmp_path: Path) -> None:
 
 
 def test_finished_launch_without_figures_is_failed(tmp_path: Path) -> None:
-    ranks = (RankOutcome(0, "finished", result={"result": {"sizes": []}}),)
+    ranks = (_swept(0),)
     assert sweep_run_from_launch("as-is", _launch(tmp_path, ranks), {}, on_gpu=False).status is RunStatus.FAILED
 
 
@@ -96,7 +106,7 @@ def test_rank_notes_prefer_nccl_and_error_lines(tmp_path: Path) -> None:
                       "h:5:9 [1] NCCL INFO Channel 00/0 : 1[1] -> 0[0] via P2P/CUMEM",
                       "h:5:9 [1] transport/p2p.cc:275 NCCL WARN Cuda failure 'peer access is not supported'",
                       "some unrelated line"])
-    ranks = (RankOutcome(0, "finished", result={"result": {"sizes": []}}),
+    ranks = (_swept(0),
              RankOutcome(1, "crashed", error="exit code 1", log_tail=tail))
     run = sweep_run_from_launch("as-is", _launch(tmp_path, ranks), {}, on_gpu=True)
     detail = run.not_finished()[0].detail

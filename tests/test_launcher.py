@@ -10,6 +10,7 @@ import psutil
 import pytest
 
 from preflight.judge.ddp import judge_ddp_step
+from preflight.launch.phase_results import DdpResult
 from preflight.outcome import Status
 
 from tests.conftest import REPO_ROOT
@@ -27,9 +28,9 @@ def _importable_tests(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_two_gloo_ranks_finish_a_ddp_step_with_identical_parameters(tmp_path):
-    result = launch_phase("preflight.workers.ddp:run", nproc=2, run_dir=tmp_path)
+    result = launch_phase("preflight.workers.ddp:run", nproc=2, run_dir=tmp_path, parse_output=DdpResult.parse)
     assert result.ok, result.describe() + result.launcher_tail
-    digests = {r.result["result"]["param_sha256"] for r in result.ranks}
+    digests = {r.param_sha256 for r in result.outputs(DdpResult)}
     assert len(digests) == 1
     verdict = judge_ddp_step(result)
     assert verdict.status is Status.PASS
@@ -38,7 +39,8 @@ def test_two_gloo_ranks_finish_a_ddp_step_with_identical_parameters(tmp_path):
 
 
 def test_a_crashing_rank_is_named_with_its_error(tmp_path):
-    result = launch_phase("tests.workers.faulty:run", nproc=2, args=["crash", "1"], run_dir=tmp_path)
+    result = launch_phase("tests.workers.faulty:run", nproc=2, args=["crash", "1"], run_dir=tmp_path,
+                          parse_output=DdpResult.parse)
     assert not result.ok and not result.timed_out
     assert result.root_cause() == 1
     assert "injected crash on rank 1" in result.describe()
@@ -49,7 +51,8 @@ def test_a_crashing_rank_is_named_with_its_error(tmp_path):
 
 
 def test_a_rank_killed_by_a_signal_is_named_with_the_signal(tmp_path):
-    result = launch_phase("tests.workers.faulty:run", nproc=2, args=["sigkill", "0"], run_dir=tmp_path)
+    result = launch_phase("tests.workers.faulty:run", nproc=2, args=["sigkill", "0"], run_dir=tmp_path,
+                          parse_output=DdpResult.parse)
     assert result.root_cause() == 0
     assert "SIGKILL" in result.describe()
     assert result.ranks[1].state in ("stopped", "crashed")
@@ -59,7 +62,8 @@ def test_a_hung_rank_ends_at_the_deadline_and_leaves_no_process(tmp_path):
     started = time.monotonic()
     # The phase's budget counts from the last rank's entry into it, so torch's import (10 s on a loaded
     # 2-core machine) is not part of it; the launch's deadline is only the backstop.
-    result = launch_phase("tests.workers.faulty:run", nproc=2, args=["hang", "1"], run_dir=tmp_path, budget_s=15)
+    result = launch_phase("tests.workers.faulty:run", nproc=2, args=["hang", "1"], run_dir=tmp_path, budget_s=15,
+                          parse_output=DdpResult.parse)
     elapsed = time.monotonic() - started
     assert result.timed_out
     assert elapsed < 60 + 15 + 12, f"launch outlived its budget: {elapsed:.1f} s"
@@ -74,7 +78,8 @@ def test_a_hung_rank_ends_at_the_deadline_and_leaves_no_process(tmp_path):
 
 
 def test_torchrun_killed_by_sigkill_is_named_as_the_oom_killers_not_a_peer_failure(tmp_path):
-    result = launch_phase("tests.workers.faulty:run", nproc=2, args=["kill-torchrun", "1"], run_dir=tmp_path)
+    result = launch_phase("tests.workers.faulty:run", nproc=2, args=["kill-torchrun", "1"], run_dir=tmp_path,
+                          parse_output=DdpResult.parse)
     assert not result.ok and result.launcher_signal == 9
     text = result.describe()
     assert text.startswith("torchrun was killed by signal 9 (SIGKILL), probably the OOM killer: see `dmesg")

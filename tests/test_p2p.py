@@ -8,13 +8,20 @@ from typing import Any
 import pytest
 import torch
 
-from preflight.judge.p2p_copies import judge_p2p_copies, judge_p2p_copy_launch
+from preflight.judge.p2p_copies import judge_p2p_copy_launch
+from preflight.judge.p2p_copies import judge_p2p_copies as judge_copies
+from preflight.launch.phase_results import P2pResult
 from preflight.outcome import Status
 from tests.launching import launch_phase
 from preflight.parse.topo import TopoMatrix
 from preflight.workers.p2p import measure_pair, pattern
 
 CPU = torch.device("cpu")
+
+
+def judge_p2p_copies(result: dict[str, Any], **kwargs: Any) -> Any:
+    """The judge on the worker's dict, read as the launcher reads it."""
+    return judge_copies(P2pResult.parse(result), **kwargs)
 
 
 def test_pattern_is_deterministic_and_varied() -> None:
@@ -98,10 +105,11 @@ def test_worker_skips_are_skips() -> None:
 
 @pytest.mark.subprocess
 def test_the_worker_launches_and_skips_without_gpus(tmp_path: Path) -> None:
-    result = launch_phase("preflight.workers.p2p:run", nproc=1, run_dir=tmp_path, args=["--mib", "1"])
+    result = launch_phase("preflight.workers.p2p:run", nproc=1, run_dir=tmp_path, args=["--mib", "1"],
+                          parse_output=P2pResult.parse)
     assert result.ok, result.describe()
     assert judge_p2p_copy_launch(result) is None
-    outcome = judge_p2p_copies((result.ranks[0].result or {})["result"])
+    outcome = judge_copies(result.outputs(P2pResult)[0])
     assert outcome.status is Status.SKIP and "no CUDA device" in outcome.summary
 
 

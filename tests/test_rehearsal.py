@@ -12,6 +12,7 @@ import psutil
 import pytest
 
 from preflight.judge.ddp import judge_launch_failure
+from preflight.launch.phase_results import OtherResult
 from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.rehearsal import MIN_LAUNCH_S, Budget, Rehearsal
 from preflight.launch.torchrun import overdue_phase, RankProgress
@@ -46,9 +47,9 @@ def test_every_phase_runs_in_one_process_group(tmp_path: Path) -> None:
     result = launch_phases(_phases(), nproc=2, run_dir=tmp_path)
     assert result.ok, [p.describe() for p in result.phases]
     assert [p.phase for p in result.phases] == ["one", "two", "three"]
-    assert all(r["sum"] == 1.0 for p in result.phases for r in p.results())
+    assert all(r.values["sum"] == 1.0 for p in result.phases for r in p.outputs(OtherResult))
     # one launch: one pid per rank for all three phases
-    pids = {r.result["result"]["rank"]: r.result for p in result.phases for r in p.ranks}
+    pids = {r.result.device.pid for p in result.phases for r in p.ranks if r.result is not None}
     assert len(_rank_pids(tmp_path)) == 2 and len(pids) == 2
 
 

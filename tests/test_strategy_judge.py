@@ -16,6 +16,7 @@ from preflight.judge.strategies import (
     with_rehearsal_pointer,
 )
 from preflight.launch.outcome import PhaseResult, RankOutcome
+from preflight.launch.phase_results import RankResult, ZeroResult, parse_fsdp
 from preflight.outcome import Status, passed, warn
 from preflight.workers import phases
 
@@ -33,10 +34,10 @@ def rank_result(rank: int, **changes: Any) -> dict[str, Any]:
     result: dict[str, Any] = {
         "strategy": "fsdp", "api": "torch.distributed.fsdp", "precision": "fp32",
         "losses": [5.05, 3.97, 3.28], "local_losses": [5.0 + rank, 3.9, 3.2], "step_times_s": [0.8, 0.2, 0.21],
-        "step_time_s": 0.2 + rank / 100, "probe_loss": 5.37, "param_sha256": "a" * 64,
-        "shard_sha256": str(rank) * 64,
+        "step_time_s": 0.2 + rank / 100, "first_step_time_s": 0.8, "probe_loss": 5.37, "param_sha256": "a" * 64,
+        "param_sum": 12.5, "shard_sha256": str(rank) * 64, "parameters": 1_000_000,
         "peak_memory_bytes": 340_000_000 + rank, "memory_kind": "cpu_peak_rss",
-        "checkpoint": {"available": True, "reason": None, "save_s": 0.45, "load_s": 0.57, "bytes": 3_290_763,
+        "checkpoint": {"available": True, "reason": None, "path": "/run/checkpoint-fsdp", "save_s": 0.45, "load_s": 0.57, "bytes": 3_290_763,
                        "tensors": 277,
                        "mismatched": [], "mismatched_count": 0, "differed_before_load": True,
                        "probe_loss_after_load": 5.37, "removed": rank == 0 or None},
@@ -46,11 +47,13 @@ def rank_result(rank: int, **changes: Any) -> dict[str, Any]:
             result["checkpoint"][key] = value
         else:
             result[key] = value
-    return {"rank": rank, "backend": "gloo", "device": {"kind": "cpu", "id": "cpu"}, "result": result}
+    return {"rank": rank, "world_size": 2, "local_rank": rank, "backend": "gloo",
+            "device": {"kind": "cpu", "id": "cpu", "pid": 100 + rank}, "phase": "fsdp", "duration_s": 3.0, "notes": [],
+            "result": result}
 
 
 def finished(*payloads: dict[str, Any]) -> PhaseResult:
-    ranks = tuple(RankOutcome(p["rank"], "finished", result=p) for p in payloads)
+    ranks = tuple(RankOutcome(p["rank"], "finished", result=RankResult.parse(p, parse_fsdp)) for p in payloads)
     return PhaseResult(phase="fsdp", worker="preflight.workers.fsdp:run", nproc=len(ranks), ranks=ranks,
                        state="finished", duration_s=12.5, deadline_s=120.0, run_dir=Path("/nonexistent"))
 
@@ -104,6 +107,29 @@ def test_numpy_missing_warns_and_keeps_the_step_figures():
     assert "pip install numpy" in verdict.remediation
     assert {m.name for m in verdict.metrics} >= {"step_time", "peak_memory"}
     assert "checkpoint_save_time" not in {m.name for m in verdict.metrics}
+
+
+def test_a_healthy_zero_rehearsal_names_its_accelerator_and_op_loads_and_reports_its_config():
+    def zero(rank: int) -> RankResult:
+        payload = rank_result(rank, strategy="zero2", api="deepspeed 0.19.8", config={"zero_optimization": {"stage": 2}},
+                              accelerator="cpu", ops=[{"op": "cpu_adam", "seconds": 1.25 + rank, "from": "manifest"}])
+        return RankResult.parse({**payload, "phase": "zero2"}, ZeroResult.parse)
+
+    launch = PhaseResult(phase="zero2", worker="preflight.workers.zero:run", nproc=2,
+                         ranks=tuple(RankOutcome(r, "finished", result=zero(r)) for r in range(2)), state="finished",
+                         duration_s=12.5, deadline_s=120.0, run_dir=Path("/nonexistent"))
+    verdict = judge_strategy(launch, "zero2")
+    assert verdict.status is Status.PASS
+    assert "ran 3 ZeRO-2 steps" in verdict.summary
+    assert verdict.summary.endswith("; DeepSpeed's cpu accelerator, its ops (cpu_adam) loaded in 2.2 s")
+    assert verdict.details["config"] == {"zero_optimization": {"stage": 2}}
+
+
+def test_a_phase_that_returned_at_once_is_skipped_with_its_reason():
+    payload = {**rank_result(0), "result": {"strategy": "fsdp", "not_run": "torch 2.6.0 cannot run FSDP2 on CPU ranks"}}
+    verdict = judge_strategy(finished(payload, {**payload, "rank": 1}), "fsdp")
+    assert (verdict.status, verdict.summary) == (
+        Status.SKIP, "FSDP2 not rehearsed: torch 2.6.0 cannot run FSDP2 on CPU ranks")
 
 
 def hung(last_phases: dict[int, str]) -> PhaseResult:

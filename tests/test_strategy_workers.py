@@ -11,6 +11,7 @@ import torch
 
 from preflight.judge.strategies import FSDP2_CPU_MIN_TORCH, judge_strategy
 from preflight.launch.outcome import PhaseResult
+from preflight.launch.phase_results import FsdpResult, ZeroResult, parse_fsdp
 from preflight.outcome import Status
 from preflight.probe.deepspeed_ops import build_ops
 from preflight.workers import phases
@@ -54,7 +55,7 @@ def _fsdp(tmp_path: Path, fault: str | None = None, budget_s: float = 150) -> Ph
     worker = "tests.workers.faulty_strategies:run" if fault else "preflight.workers.fsdp:run"
     return launch_phase(worker, nproc=2, budget_s=budget_s, deadline_s=budget_s + 60, env=env,
                         run_dir=tmp_path / "run", args=["--steps", "3", "--checkpoint-dir",
-                                                        str(tmp_path / "checkpoint")])
+                                                        str(tmp_path / "checkpoint")], parse_output=parse_fsdp)
 
 
 @needs_numpy
@@ -62,14 +63,14 @@ def _fsdp(tmp_path: Path, fault: str | None = None, budget_s: float = 150) -> Ph
 def test_fsdp2_on_two_gloo_ranks_trains_and_round_trips_its_sharded_checkpoint(tmp_path):
     result = _fsdp(tmp_path)
     assert result.ok, result.describe() + result.launcher_tail
-    first, second = (r.result["result"] for r in result.ranks)
-    assert first["losses"][-1] < first["losses"][0] and first["losses"] == second["losses"]
-    assert first["param_sha256"] == second["param_sha256"]  # gathered in full: the same on every rank
-    assert first["shard_sha256"] != second["shard_sha256"]  # each rank holds its own shard
-    for checkpoint in (first["checkpoint"], second["checkpoint"]):
-        assert checkpoint["available"] and checkpoint["mismatched_count"] == 0 and checkpoint["tensors"] > 0
-        assert checkpoint["differed_before_load"]  # the fresh model really started elsewhere
-    assert first["checkpoint"]["removed"] is True and not (tmp_path / "checkpoint").exists()
+    first, second = result.outputs(FsdpResult)
+    assert first.losses[-1] < first.losses[0] and first.losses == second.losses
+    assert first.param_sha256 == second.param_sha256  # gathered in full: the same on every rank
+    assert first.shard_sha256 != second.shard_sha256  # each rank holds its own shard
+    for checkpoint in (first.checkpoint, second.checkpoint):
+        assert checkpoint.available and checkpoint.mismatched_count == 0 and (checkpoint.tensors or 0) > 0
+        assert checkpoint.differed_before_load  # the fresh model really started elsewhere
+    assert first.checkpoint.removed is True and not (tmp_path / "checkpoint").exists()
     verdict = judge_strategy(result, "fsdp")
     assert verdict.status is Status.PASS, verdict.summary
     assert "loaded back exactly" in verdict.summary and "FSDP2" in verdict.summary
@@ -127,21 +128,21 @@ def _zero(tmp_path: Path, stage: int, env: dict[str, str | None] | None = None,
           entry: str = "preflight.workers.zero:run", budget_s: float = ZERO_BUDGET_S) -> PhaseResult:
     return launch_phase(entry, nproc=2, budget_s=budget_s, deadline_s=budget_s + 60, env=env or {},
                         run_dir=tmp_path / "run", args=["--stage", str(stage), "--steps", "3", "--checkpoint-dir",
-                                                        str(tmp_path / "checkpoint")])
+                                                        str(tmp_path / "checkpoint")], parse_output=ZeroResult.parse)
 
 
 @needs_numpy
 def test_zero3_runs_for_real_on_cpu_ranks_and_reloads_its_checkpoint_exactly(tmp_path, built_ops):
     result = _zero(tmp_path, 3)
     assert result.ok, result.describe() + result.launcher_tail
-    first, second = (r.result["result"] for r in result.ranks)
-    assert first["strategy"] == "zero3" and first["config"]["zero_optimization"]["stage"] == 3
-    assert first["config"]["train_batch_size"] == 2 * 2 * 4  # ranks x accumulation x micro batch
-    assert first["api"] == "deepspeed 0.19.8" and first["accelerator"] == "cpu" and first["precision"] == "fp32"
-    assert [op["op"] for op in first["ops"]] == ["deepspeed_shm_comm", "fused_adam"]  # built ahead, only loaded
-    assert first["losses"] == second["losses"] and first["param_sha256"] == second["param_sha256"]
+    first, second = result.outputs(ZeroResult)
+    assert first.strategy == "zero3" and first.config["zero_optimization"]["stage"] == 3  # type: ignore[index]
+    assert first.config["train_batch_size"] == 2 * 2 * 4  # ranks x accumulation x micro batch
+    assert first.api == "deepspeed 0.19.8" and first.accelerator == "cpu" and first.precision == "fp32"
+    assert [op.op for op in first.ops] == ["deepspeed_shm_comm", "fused_adam"]  # built ahead, only loaded
+    assert first.losses == second.losses and first.param_sha256 == second.param_sha256
     for rank in (first, second):
-        assert rank["checkpoint"]["mismatched_count"] == 0 and rank["checkpoint"]["differed_before_load"]
+        assert rank.checkpoint.mismatched_count == 0 and rank.checkpoint.differed_before_load
     verdict = judge_strategy(result, "zero3")
     assert verdict.status is Status.PASS, verdict.summary
     assert "ZeRO-3" in verdict.summary and "loaded back exactly" in verdict.summary

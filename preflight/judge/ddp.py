@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from typing import Any
 
 from preflight.launch.outcome import PhaseResult
+from preflight.launch.phase_results import DdpResult
 from preflight.outcome import Metric, Verdict, View, error, fail, passed
 
 HANG_FIX = ("Re-run with NCCL_DEBUG=INFO and read the named rank's log; if the preflight NCCL check shows "
@@ -15,24 +15,25 @@ CRASH_FIX = "Read the named rank's log tail below; fix the error it shows before
 
 
 def rank_table(launch: PhaseResult) -> View:
-    """Per-rank state, device, step time, loss and checksum."""
-    rows = []
+    """Per-rank state, device, step time, loss and checksum (blank for a rank without a result)."""
+    rows: list[list[object]] = []
     for rank in launch.ranks:
-        payload = rank.result or {}
-        result = payload.get("result", {})
-        device = payload.get("device", {})
+        step = rank.result.output_as(DdpResult) if rank.result is not None else None
         detail = "" if rank.state == "finished" else (rank.where() if rank.state == "hung" else rank.error or "")
-        rows.append([rank.rank, rank.state, detail, device.get("id", "—"), _round(result.get("step_time_s")),
-                     _round(result.get("loss")), str(result.get("param_sha256", "—"))[:16],
-                     result.get("peak_memory_bytes")])
+        device = rank.result.device.id if rank.result is not None else "—"
+        if step is None:
+            rows.append([rank.rank, rank.state, detail, device, None, None, "—", None])
+            continue
+        rows.append([rank.rank, rank.state, detail, device, _round(step.step_time_s), _round(step.loss),
+                     step.param_sha256[:16], step.peak_memory_bytes])
     highlight = [i for i, r in enumerate(launch.ranks) if r.state != "finished"]
     return View("table", "Ranks", {"columns": ["rank", "state", "detail", "device", "step time (s)", "loss",
                                                "param sha256", "peak memory (B)"],
                                    "rows": rows, "highlight": highlight})
 
 
-def _round(value: Any) -> Any:
-    return round(value, 6) if isinstance(value, float) else value
+def _round(value: float) -> float:
+    return round(value, 6)
 
 
 RUN_DEADLINE = "RUN_DEADLINE"
@@ -69,15 +70,14 @@ def judge_ddp_step(launch: PhaseResult) -> Verdict:
     failure = judge_launch_failure(launch, "ddp")
     if failure is not None:
         return failure.with_extra(views=[table])
-    payloads = [r.result or {} for r in launch.ranks]
-    results = [p.get("result", {}) for p in payloads]
-    backend = payloads[0].get("backend", "?")
+    finished = [r.result for r in launch.ranks if r.result is not None]
+    results = launch.outputs(DdpResult)
+    backend = finished[0].backend
 
     by_device: dict[str, list[int]] = defaultdict(list)
-    for rank, payload in enumerate(payloads):
-        device = payload.get("device", {})
-        if device.get("kind") == "cuda":
-            by_device[str(device.get("id"))].append(rank)
+    for rank, payload in enumerate(finished):
+        if payload.device.on_gpu:
+            by_device[payload.device.id].append(rank)
     shared = {dev: ranks for dev, ranks in by_device.items() if len(ranks) > 1}
     if shared:
         dev, ranks = next(iter(shared.items()))
@@ -85,14 +85,14 @@ def judge_ddp_step(launch: PhaseResult) -> Verdict:
                     "Each rank must call torch.cuda.set_device(LOCAL_RANK); check CUDA_VISIBLE_DEVICES is not "
                     "narrowed per rank to the same GPU.", views=(table,))
 
-    bad_loss = [i for i, r in enumerate(results) if not math.isfinite(float(r.get("loss", math.nan)))]
+    bad_loss = [i for i, r in enumerate(results) if not math.isfinite(r.loss)]
     if bad_loss:
         return fail("DDP_LOSS_NOT_FINITE", f"loss is not finite on ranks {', '.join(map(str, bad_loss))}",
                     "A NaN/Inf on a tiny fp32 model points at a faulty GPU or driver: run the GPU checks and "
                     "dcgmi diag -r 2 on the named rank's device.", views=(table,))
 
-    reference = results[0].get("param_sha256")
-    diverged = [i for i, r in enumerate(results) if r.get("param_sha256") != reference]
+    reference = results[0].param_sha256
+    diverged = [i for i, r in enumerate(results) if r.param_sha256 != reference]
     if diverged:
         return fail("DDP_PARAMS_DIVERGED",
                     f"parameters after one step differ from rank 0 on ranks {', '.join(map(str, diverged))}",
@@ -100,10 +100,10 @@ def judge_ddp_step(launch: PhaseResult) -> Verdict:
                     "faulty GPU, link or NCCL setup; run the NCCL check and dcgmi diag on that device.",
                     views=(table,))
 
-    step_times = [float(r.get("step_time_s", 0.0)) for r in results]
+    step_times = [r.step_time_s for r in results]
     metrics = [Metric("step_time_max", max(step_times), "s"), Metric("launch_wall_time", launch.duration_s, "s"),
                Metric("ranks", launch.nproc)]
-    metrics += [Metric("peak_memory", int(r.get("peak_memory_bytes", 0)), "B", {"rank": str(i)})
+    metrics += [Metric("peak_memory", r.peak_memory_bytes, "B", {"rank": str(i)})
                 for i, r in enumerate(results)]
     where = "distinct GPUs" if by_device else "CPU ranks"
     return passed(f"{launch.nproc} ranks ({backend}, {where}) finished one DDP step with identical parameters "

@@ -14,6 +14,7 @@ from typing import Any
 
 from preflight.judge.ddp import judge_not_run
 from preflight.launch.outcome import PhaseResult
+from preflight.launch.phase_results import P2pPair, P2pResult
 from preflight.outcome import Metric, Status, Verdict, View, fail, passed, skip, warn
 from preflight.parse.topo import TopoMatrix, nvlink_width
 from preflight.probe.nvml_snapshot import GpuInfo
@@ -45,35 +46,35 @@ def judge_p2p_copy_launch(launch: PhaseResult) -> Verdict | None:
     return fail("P2P_TEST_CRASHED", f"peer-to-peer copy test crashed: {error}", P2P_FIX, evidence=evidence)
 
 
-def judge_p2p_copies(result: Mapping[str, Any], names: Mapping[int, str] | None = None,
+def judge_p2p_copies(result: P2pResult, names: Mapping[int, str] | None = None,
                      matrix: TopoMatrix | None = None) -> Verdict:
     """Judge the worker's result. ``names`` maps CUDA ordinals to nvidia-smi names (``GPU3``)."""
-    if "skipped" in result:
-        return skip(str(result["skipped"]))
-    pairs: Sequence[Mapping[str, Any]] = result.get("pairs", [])
+    if result.skipped is not None:
+        return skip(result.skipped)
+    pairs = result.pairs
     if not pairs:
         return skip("no GPU pair to test")
-    name = {i: (names or {}).get(i, f"cuda{i}") for p in pairs for i in (p["src"], p["dst"])}
-    link = {(p["src"], p["dst"]): _link(matrix, name[p["src"]], name[p["dst"]]) for p in pairs}
-    label = {(p["src"], p["dst"]): f"{name[p['src']]}->{name[p['dst']]}" for p in pairs}
-    key = [(p["src"], p["dst"]) for p in pairs]
+    name = {i: (names or {}).get(i, f"cuda{i}") for p in pairs for i in (p.src, p.dst)}
+    link = {(p.src, p.dst): _link(matrix, name[p.src], name[p.dst]) for p in pairs}
+    label = {(p.src, p.dst): f"{name[p.src]}->{name[p.dst]}" for p in pairs}
+    key = [(p.src, p.dst) for p in pairs]
     view = _table(pairs, label, link)
     metrics = tuple(
-        Metric("p2p_copy_bandwidth", round(p["gbps"], 2), "GB/s", labels={"pair": label[k]})
-        for p, k in zip(pairs, key, strict=True) if p.get("gbps") is not None
+        Metric("p2p_copy_bandwidth", round(p.gbps, 2), "GB/s", labels={"pair": label[k]})
+        for p, k in zip(pairs, key, strict=True) if p.gbps is not None
     )
     extra: dict[str, Any] = {"views": (view,), "metrics": metrics}
 
-    broken = [label[k] + f" ({p['error']})" for p, k in zip(pairs, key, strict=True) if p.get("error")]
+    broken = [label[k] + f" ({p.error})" for p, k in zip(pairs, key, strict=True) if p.error]
     if broken:
         summary = f"copy failed on {len(broken)} pair(s): {'; '.join(broken[:4])}"
         return fail("P2P_COPY_FAILED", summary, P2P_FIX, **extra)
-    corrupt = [f"{label[k]} ({p['mismatches']} of {p['bytes'] // 4} values wrong, first at {p['first_bad_index']})"
-               for p, k in zip(pairs, key, strict=True) if p.get("mismatches")]
+    corrupt = [f"{label[k]} ({p.mismatches} of {_values(p)} values wrong, first at {p.first_bad_index})"
+               for p, k in zip(pairs, key, strict=True) if p.mismatches]
     if corrupt:
         return fail("P2P_DATA_CORRUPT", f"data arrived wrong on {len(corrupt)} pair(s): {'; '.join(corrupt[:4])}",
                     P2P_FIX, **extra)
-    no_peer = [k for p, k in zip(pairs, key, strict=True) if not p.get("can_access_peer")]
+    no_peer = [k for p, k in zip(pairs, key, strict=True) if not p.can_access_peer]
     nvlink_no_peer = [label[k] for k in no_peer if (link[k] or "").startswith("NV")]
     if nvlink_no_peer:
         return fail(
@@ -93,7 +94,7 @@ def judge_p2p_copies(result: Mapping[str, Any], names: Mapping[int, str] | None 
             "`nvidia-smi topo -p2p r`. Expect lower all-reduce bandwidth.",
             **extra,
         )
-    speeds = [p["gbps"] for p in pairs if p.get("gbps") is not None]
+    speeds = [p.gbps for p in pairs if p.gbps is not None]
     if slow:
         return warn(
             "P2P_SLOW_PAIR",
@@ -108,22 +109,27 @@ def judge_p2p_copies(result: Mapping[str, Any], names: Mapping[int, str] | None 
     return passed(f"{len(pairs)} directed copies between {gpus} GPUs verified, peer access on all{span}", **extra)
 
 
+def _values(pair: P2pPair) -> int | str:
+    """How many int32 values the pair's copy carried."""
+    return pair.bytes // 4 if pair.bytes is not None else "?"
+
+
 def _link(matrix: TopoMatrix | None, a: str, b: str) -> str | None:
     if matrix is None or a not in matrix.gpus or b not in matrix.gpus:
         return None
     return matrix.link(matrix.gpus.index(a), matrix.gpus.index(b))
 
 
-def _slow_pairs(pairs: Sequence[Mapping[str, Any]], key: Sequence[tuple[int, int]],
+def _slow_pairs(pairs: Sequence[P2pPair], key: Sequence[tuple[int, int]],
                 link: Mapping[tuple[int, int], str | None]) -> list[tuple[tuple[int, int], float]]:
     """Pairs below SLOW_FRACTION of the median of their link class (NVLink width or PCIe level)."""
     classes: dict[str, list[tuple[tuple[int, int], float]]] = {}
     for p, k in zip(pairs, key, strict=True):
-        if p.get("gbps") is None or not p.get("can_access_peer"):
+        if p.gbps is None or not p.can_access_peer:
             continue
         code = link[k]
         group = "any" if code is None else ("NV" if nvlink_width(code) else code)
-        classes.setdefault(group, []).append((k, float(p["gbps"])))
+        classes.setdefault(group, []).append((k, p.gbps))
     slow: list[tuple[tuple[int, int], float]] = []
     for members in classes.values():
         if len(members) < 3:
@@ -133,18 +139,17 @@ def _slow_pairs(pairs: Sequence[Mapping[str, Any]], key: Sequence[tuple[int, int
     return slow
 
 
-def _table(pairs: Sequence[Mapping[str, Any]], label: Mapping[tuple[int, int], str],
+def _table(pairs: Sequence[P2pPair], label: Mapping[tuple[int, int], str],
            link: Mapping[tuple[int, int], str | None]) -> View:
     rows: list[list[Any]] = []
     highlight: list[int] = []
     for index, p in enumerate(pairs):
-        k = (p["src"], p["dst"])
-        wrong = p.get("mismatches")
-        verified = "error" if p.get("error") else ("yes" if wrong == 0 else f"{wrong} wrong")
-        gbps = p.get("gbps")
-        rows.append([label[k], link[k] or "", "yes" if p.get("can_access_peer") else "no", verified,
-                     None if gbps is None else round(gbps, 1)])
-        if p.get("error") or p.get("mismatches") or not p.get("can_access_peer"):
+        k = (p.src, p.dst)
+        wrong = p.mismatches
+        verified = "error" if p.error else ("yes" if wrong == 0 else f"{wrong} wrong")
+        rows.append([label[k], link[k] or "", "yes" if p.can_access_peer else "no", verified,
+                     None if p.gbps is None else round(p.gbps, 1)])
+        if p.error or p.mismatches or not p.can_access_peer:
             highlight.append(index)
     return View("table", "Peer-to-peer copies (each verified element by element)",
                 {"columns": ["pair", "link", "peer access", "data verified", "GB/s"], "rows": rows,
@@ -163,10 +168,9 @@ def judge_p2p_phase(launch: PhaseResult | None, gpus: Sequence[GpuInfo], matrix:
         return skip("no NVIDIA GPU pair visible to CUDA: peer-to-peer copies need at least 2 GPUs")
     verdict = judge_p2p_copy_launch(launch)
     if verdict is None:
-        result = (launch.ranks[0].result or {}).get("result", {})
+        result = launch.outputs(P2pResult)[0]
         by_bus = {g.pci_bus_id: f"GPU{g.index}" for g in gpus if isinstance(g.pci_bus_id, str)}
-        devices = [d for d in result.get("devices", []) if d.get("pci_bus_id") in by_bus]
-        names = {d["index"]: by_bus[d["pci_bus_id"]] for d in devices}
+        names = {d.index: by_bus[d.pci_bus_id] for d in result.devices if d.pci_bus_id in by_bus}
         verdict = judge_p2p_copies(result, names=names, matrix=matrix)
     if verdict.status in (Status.FAIL, Status.WARN):
         verdict = verdict.with_extra(evidence=evidence)

@@ -16,14 +16,15 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import Literal
 
 from packaging.version import InvalidVersion, Version
 
 from preflight.judge.ddp import judge_launch_failure, judge_not_run
 from preflight.judge.op_build import OP_BUILD_FIX, SLOW_FIX
 from preflight.launch.outcome import PhaseResult, RankOutcome
-from preflight.outcome import Metric, Verdict, View, fail, passed, warn
+from preflight.launch.phase_results import StrategyNotRun, StrategyResult, ZeroResult
+from preflight.outcome import Metric, Verdict, View, fail, passed, skip, warn
 from preflight.parse.op_build import find_op_build_failure
 from preflight.workers import phases
 
@@ -116,25 +117,30 @@ def _ranks(ranks: Sequence[int]) -> str:
     return ("rank " if len(ranks) == 1 else "ranks ") + ", ".join(map(str, ranks))
 
 
-def _results(launch: PhaseResult) -> list[dict[str, Any]]:
-    return [((r.result or {}).get("result") or {}) for r in launch.ranks]
+def _run(rank: RankOutcome) -> StrategyResult | None:
+    """The rank's figures, None without a result (or for a phase that returned at once, not run)."""
+    output = rank.output
+    return output if isinstance(output, StrategyResult) else None
 
 
 def strategy_table(launch: PhaseResult) -> View:
     """Per rank: state, device, step time, losses, digests, memory and the checkpoint figures."""
-    rows = []
-    for rank, result in zip(launch.ranks, _results(launch), strict=True):
-        device = (rank.result or {}).get("device", {})
+    rows: list[list[object]] = []
+    for rank in launch.ranks:
+        run = _run(rank)
+        device = rank.result.device.id if rank.result is not None else "—"
         detail = "" if rank.state == "finished" else (rank.where() if rank.state == "hung" else rank.error or "")
-        losses = result.get("losses") or []
-        checkpoint = result.get("checkpoint") or {}
-        trip = ("—" if not checkpoint else "unavailable" if not checkpoint.get("available")
-                else f"{checkpoint.get('mismatched_count', '?')} of {checkpoint.get('tensors', '?')} differ")
-        rows.append([rank.rank, rank.state, detail, device.get("id", "—"), _round(result.get("step_time_s")),
+        if run is None:
+            rows.append([rank.rank, rank.state, detail, device, None, None, None, None, "—", None, None, None, "—"])
+            continue
+        checkpoint = run.checkpoint
+        trip = ("unavailable" if not checkpoint.available
+                else f"{_or_unknown(checkpoint.mismatched_count)} of {_or_unknown(checkpoint.tensors)} differ")
+        losses = run.losses
+        rows.append([rank.rank, rank.state, detail, device, _round(run.step_time_s),
                      _round(losses[0]) if losses else None, _round(losses[-1]) if losses else None,
-                     _round(result.get("probe_loss")), str(result.get("param_sha256", "—"))[:16],
-                     result.get("peak_memory_bytes"), _round(checkpoint.get("save_s")),
-                     _round(checkpoint.get("load_s")), trip])
+                     _round(run.probe_loss), run.param_sha256[:16], run.peak_memory_bytes,
+                     _round(checkpoint.save_s), _round(checkpoint.load_s), trip])
     highlight = [i for i, r in enumerate(launch.ranks) if r.state != "finished"]
     return View("table", "Ranks", {"columns": ["rank", "state", "detail", "device", "step time (s)", "first loss",
                                                "last loss", "probe loss", "param sha256", "peak memory (B)",
@@ -142,8 +148,12 @@ def strategy_table(launch: PhaseResult) -> View:
                                    "rows": rows, "highlight": highlight})
 
 
-def _round(value: Any) -> Any:
-    return round(value, 6) if isinstance(value, float) else value
+def _round(value: float | None) -> float | None:
+    return round(value, 6) if value is not None else None
+
+
+def _or_unknown(value: object) -> object:
+    return "?" if value is None else value
 
 
 def judge_strategy_failure(launch: PhaseResult, strategy: str) -> Verdict | None:
@@ -191,20 +201,14 @@ def _crash_order(launch: PhaseResult) -> list[RankOutcome]:
     return sorted(crashed, key=lambda r: (r.rank != root, r.rank))
 
 
-def _tolerance(results: Sequence[Mapping[str, Any]]) -> float:
-    return BF16_TOLERANCE if any("bf16" in str(r.get("precision", "")) for r in results) else FP32_TOLERANCE
+def _tolerance(results: Sequence[StrategyResult]) -> float:
+    return BF16_TOLERANCE if any("bf16" in r.precision for r in results) else FP32_TOLERANCE
 
 
-def _close(a: Any, b: Any, tolerance: float) -> bool:
-    try:
-        return math.isclose(float(a), float(b), rel_tol=tolerance, abs_tol=tolerance)
-    except (TypeError, ValueError):
+def _close(a: float | None, b: float | None, tolerance: float) -> bool:
+    if a is None or b is None:
         return False
-
-
-def _losses_finite(result: Mapping[str, Any]) -> bool:
-    values = [*(result.get("losses") or []), *(result.get("local_losses") or []), result.get("probe_loss")]
-    return bool(result.get("losses")) and all(isinstance(v, (int, float)) and math.isfinite(v) for v in values)
+    return math.isclose(a, b, rel_tol=tolerance, abs_tol=tolerance)
 
 
 def judge_strategy(launch: PhaseResult, strategy: str) -> Verdict:
@@ -214,16 +218,19 @@ def judge_strategy(launch: PhaseResult, strategy: str) -> Verdict:
     failure = judge_strategy_failure(launch, strategy)
     if failure is not None:
         return failure.with_extra(views=[table])
-    results = _results(launch)
+    not_run = [r.output for r in launch.ranks if isinstance(r.output, StrategyNotRun)]
+    if not_run:
+        return skip(f"{title} not rehearsed: {not_run[0].reason}")
+    results = launch.outputs(StrategyResult)
     tolerance = _tolerance(results)
 
-    bad = [i for i, r in enumerate(results) if not _losses_finite(r)]
+    bad = [i for i, r in enumerate(results) if not r.losses_finite]
     if bad:
         return fail(f"{prefix}_LOSS_NOT_FINITE", f"{title}: the loss is not finite on {_ranks(bad)}", LOSS_FIX,
                     views=(table,))
-    flat = [i for i, r in enumerate(results) if not r["losses"][-1] < r["losses"][0]]
+    flat = [i for i, r in enumerate(results) if not r.losses[-1] < r.losses[0]]
     if flat:
-        losses = results[flat[0]]["losses"]
+        losses = results[flat[0]].losses
         return fail(f"{prefix}_LOSS_NOT_DECREASING",
                     f"{title}: the loss did not fall over {len(losses)} steps on a fixed batch on {_ranks(flat)} "
                     f"({losses[0]:.4f} -> {losses[-1]:.4f})", LOSS_FIX, views=(table,))
@@ -240,49 +247,51 @@ def judge_strategy(launch: PhaseResult, strategy: str) -> Verdict:
         return checkpoint_problem.with_extra(metrics=strategy_metrics(launch, results), views=[table])
 
     first = results[0]
-    checkpoint = first.get("checkpoint") or {}
-    slowest = max(float(r.get("step_time_s") or 0.0) for r in results)
-    backend = (launch.ranks[0].result or {}).get("backend", "?")
-    summary = (f"{launch.nproc} ranks ({backend}, {first.get('precision', '?')}) ran {len(first['losses'])} {title} "
-               f"steps: loss {first['losses'][0]:.3f} -> {first['losses'][-1]:.3f}, {slowest * 1000:.0f} ms per step "
-               f"(slowest rank); checkpoint of {_megabytes(checkpoint.get('bytes'))} saved by every rank and loaded "
-               f"back exactly ({checkpoint.get('tensors', '?')} tensors per rank, save "
+    checkpoint = first.checkpoint
+    slowest = max(r.step_time_s for r in results)
+    backend = launch.ranks[0].result.backend if launch.ranks[0].result is not None else "?"
+    summary = (f"{launch.nproc} ranks ({backend}, {first.precision}) ran {len(first.losses)} {title} "
+               f"steps: loss {first.losses[0]:.3f} -> {first.losses[-1]:.3f}, {slowest * 1000:.0f} ms per step "
+               f"(slowest rank); checkpoint of {_megabytes(checkpoint.bytes)} saved by every rank and loaded "
+               f"back exactly ({_or_unknown(checkpoint.tensors)} tensors per rank, save "
                f"{_max(results, 'save_s'):.2f} s, load {_max(results, 'load_s'):.2f} s)")
-    if first.get("accelerator"):
-        ops = first.get("ops") or []
-        loaded = (f", its ops ({', '.join(str(op.get('op')) for op in ops)}) loaded in "
-                  f"{max(sum(float(op.get('seconds') or 0) for op in r.get('ops') or []) for r in results):.1f} s"
+    config: Mapping[str, object] | None = None
+    if isinstance(first, ZeroResult):
+        config = first.config
+        ops = first.ops
+        loaded = (f", its ops ({', '.join(op.op for op in ops)}) loaded in "
+                  f"{max(sum(op.seconds for op in r.ops) for r in results if isinstance(r, ZeroResult)):.1f} s"
                   if ops else "")
-        summary += f"; DeepSpeed's {first['accelerator']} accelerator{loaded}"
+        if first.accelerator:
+            summary += f"; DeepSpeed's {first.accelerator} accelerator{loaded}"
     return passed(summary, metrics=tuple(strategy_metrics(launch, results)), views=(table,),
-                  details={"strategy": strategy, "api": first.get("api"), "precision": first.get("precision"),
-                           "config": first.get("config")})
+                  details={"strategy": strategy, "api": first.api, "precision": first.precision, "config": config})
 
 
-def _divergence(results: Sequence[Mapping[str, Any]], tolerance: float) -> dict[int, list[str]]:
+def _divergence(results: Sequence[StrategyResult], tolerance: float) -> dict[int, list[str]]:
     """Ranks that differ from rank 0 in the global losses, the probe loss or the full parameters."""
     reference = results[0]
     out: dict[int, list[str]] = {}
     for rank, result in enumerate(results[1:], start=1):
         kinds = []
-        if len(result["losses"]) != len(reference["losses"]) or not all(
-                _close(a, b, tolerance) for a, b in zip(result["losses"], reference["losses"], strict=True)):
+        if len(result.losses) != len(reference.losses) or not all(
+                _close(a, b, tolerance) for a, b in zip(result.losses, reference.losses, strict=True)):
             kinds.append("loss averaged over ranks")
-        if not _close(result.get("probe_loss"), reference.get("probe_loss"), tolerance):
-            kinds.append(f"probe loss {result.get('probe_loss')} vs {reference.get('probe_loss')}")
-        if result.get("param_sha256") != reference.get("param_sha256"):
+        if not _close(result.probe_loss, reference.probe_loss, tolerance):
+            kinds.append(f"probe loss {result.probe_loss} vs {reference.probe_loss}")
+        if result.param_sha256 != reference.param_sha256:
             kinds.append("gathered parameters")
         if kinds:
             out[rank] = kinds
     return out
 
 
-def _judge_checkpoint(results: Sequence[Mapping[str, Any]], title: str, prefix: str,
+def _judge_checkpoint(results: Sequence[StrategyResult], title: str, prefix: str,
                       tolerance: float) -> Verdict | None:
-    checkpoints = [r.get("checkpoint") or {} for r in results]
-    unavailable = [i for i, c in enumerate(checkpoints) if not c.get("available")]
+    checkpoints = [r.checkpoint for r in results]
+    unavailable = [i for i, c in enumerate(checkpoints) if not c.available]
     if unavailable:
-        reason = checkpoints[unavailable[0]].get("reason") or "the worker reported no checkpoint"
+        reason = checkpoints[unavailable[0]].reason or "the worker reported no checkpoint"
         summary = (f"{title}: the steps passed but no checkpoint round trip was possible on {_ranks(unavailable)}: "
                    f"{reason}")
         if "numpy" in reason:
@@ -292,13 +301,13 @@ def _judge_checkpoint(results: Sequence[Mapping[str, Any]], title: str, prefix: 
     bad = {}
     for rank, (result, checkpoint) in enumerate(zip(results, checkpoints, strict=True)):
         problems = []
-        if checkpoint.get("mismatched_count"):
-            names = ", ".join(checkpoint.get("mismatched") or [])
-            problems.append(f"{checkpoint['mismatched_count']} of {checkpoint.get('tensors', '?')} tensors differ"
+        if checkpoint.mismatched_count:
+            names = ", ".join(checkpoint.mismatched)
+            problems.append(f"{checkpoint.mismatched_count} of {_or_unknown(checkpoint.tensors)} tensors differ"
                             + (f" ({names})" if names else ""))
-        if not _close(checkpoint.get("probe_loss_after_load"), result.get("probe_loss"), tolerance):
-            problems.append(f"probe loss {checkpoint.get('probe_loss_after_load')} after load vs "
-                            f"{result.get('probe_loss')} before save")
+        if not _close(checkpoint.probe_loss_after_load, result.probe_loss, tolerance):
+            problems.append(f"probe loss {checkpoint.probe_loss_after_load} after load vs "
+                            f"{result.probe_loss} before save")
         if problems:
             bad[rank] = problems
     if not bad:
@@ -309,28 +318,27 @@ def _judge_checkpoint(results: Sequence[Mapping[str, Any]], title: str, prefix: 
                 MISMATCH_FIX)
 
 
-def strategy_metrics(launch: PhaseResult, results: Sequence[Mapping[str, Any]]) -> list[Metric]:
+def strategy_metrics(launch: PhaseResult, results: Sequence[StrategyResult]) -> list[Metric]:
     """Per-rank step time and peak memory, the checkpoint figures and the launch's wall time."""
     metrics = [Metric("launch_wall_time", round(launch.duration_s, 3), "s"), Metric("ranks", launch.nproc),
-               Metric("loss_first", float(results[0]["losses"][0])),
-               Metric("loss_last", float(results[0]["losses"][-1]))]
+               Metric("loss_first", results[0].losses[0]),
+               Metric("loss_last", results[0].losses[-1])]
     for rank, result in enumerate(results):
         labels = {"rank": str(rank)}
-        metrics.append(Metric("step_time", float(result.get("step_time_s") or 0.0), "s", labels))
-        metrics.append(Metric("peak_memory", int(result.get("peak_memory_bytes") or 0), "B",
-                              {**labels, "kind": str(result.get("memory_kind", ""))}))
-    checkpoint = results[0].get("checkpoint") or {}
-    if not checkpoint.get("available"):
+        metrics.append(Metric("step_time", result.step_time_s, "s", labels))
+        metrics.append(Metric("peak_memory", result.peak_memory_bytes, "B", {**labels, "kind": result.memory_kind}))
+    checkpoint = results[0].checkpoint
+    if not checkpoint.available:
         return metrics
     metrics += [Metric("checkpoint_save_time", round(_max(results, "save_s"), 4), "s"),
                 Metric("checkpoint_load_time", round(_max(results, "load_s"), 4), "s"),
-                Metric("checkpoint_size", int(checkpoint.get("bytes") or 0), "B")]
+                Metric("checkpoint_size", checkpoint.bytes or 0, "B")]
     return metrics
 
 
-def _max(results: Sequence[Mapping[str, Any]], key: str) -> float:
-    return max(float((r.get("checkpoint") or {}).get(key) or 0.0) for r in results)
+def _max(results: Sequence[StrategyResult], key: Literal["save_s", "load_s"]) -> float:
+    return max((r.checkpoint.save_s if key == "save_s" else r.checkpoint.load_s) or 0.0 for r in results)
 
 
-def _megabytes(value: Any) -> str:
-    return f"{value / 1e6:.1f} MB" if isinstance(value, (int, float)) else "? MB"
+def _megabytes(value: int | None) -> str:
+    return f"{value / 1e6:.1f} MB" if value is not None else "? MB"

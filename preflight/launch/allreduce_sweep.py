@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from preflight.launch.outcome import PhaseResult
+from preflight.launch.phase_results import AllreduceResult
 from preflight.launch.plan import Phase
 from preflight.probe.sweep import RankNote, RunStatus, SizeResult, SweepRun
 
@@ -66,11 +67,10 @@ def sweep_run_from_launch(label: str, launch: PhaseResult, env: Mapping[str, str
         status = RunStatus.FAILED
     sizes: tuple[SizeResult, ...] = ()
     backend = "nccl" if on_gpu else "gloo"
-    if launch.ok and launch.ranks:
-        payload = launch.ranks[0].result or {}
-        result = payload.get("result", {})
-        backend = str(payload.get("backend", backend))
-        sizes = tuple(SizeResult.from_dict(s) for s in result.get("sizes", []))
+    first = launch.ranks[0].result if launch.ok and launch.ranks else None
+    if first is not None:
+        backend = first.backend
+        sizes = tuple(size.figures for size in first.output_as(AllreduceResult).sizes)
         if not sizes:
             status = RunStatus.FAILED
     notes = []
@@ -94,7 +94,8 @@ def _telling_lines(tail: str) -> list[str]:
 
 def sweep_phase(plan: SweepPlan) -> Phase:
     """The sweep as a rehearsal phase: a measurement, so it waits for the probe checks."""
-    return Phase(PHASE, ENTRY, tuple(plan.args()), budget_s=plan.wanted_s, gated=True)
+    return Phase(PHASE, ENTRY, tuple(plan.args()), budget_s=plan.wanted_s, gated=True,
+                 parse_output=AllreduceResult.parse)
 
 
 def without_label(names: tuple[str, ...]) -> str:

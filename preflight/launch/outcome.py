@@ -13,8 +13,9 @@ import re
 import signal
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
+from preflight.launch.phase_results import PhaseOutput, RankResult
 from preflight.launch.plan import STARTUP_TITLE
 from preflight.launch.reaper import Stopped
 
@@ -24,6 +25,7 @@ PEER_FAILURE = re.compile(r"Connection closed by peer|Connection reset by peer|r
                           r"ProcessGroupNCCL.*(abort|timeout)|TCPStore.*(closed|failed)", re.IGNORECASE)
 _FAILURE = re.compile(r"rank\s*:\s*(\d+)\s*\(local_rank:\s*\d+\)\s*\n\s*exitcode\s*:\s*(-?\d+)")
 
+T = TypeVar("T")
 FINISHED = "finished"
 BROKEN = "broken"
 NOT_RUN = "not_run"
@@ -49,7 +51,7 @@ class RankOutcome:
 
     rank: int
     state: str
-    result: dict[str, Any] | None = None
+    result: RankResult | None = None  # parsed where the launch ended; None for a rank that wrote none
     error: str | None = None
     exitcode: int | None = None
     log_tail: str = ""
@@ -63,6 +65,11 @@ class RankOutcome:
         """JSON form for the report (the result itself is reported by the check)."""
         return {"rank": self.rank, "state": self.state, "error": self.error, "exitcode": self.exitcode,
                 "log_path": self.log_path, "last_phase": self.last_phase, "idle_s": self.idle_s}
+
+    @property
+    def output(self) -> PhaseOutput | None:
+        """What the phase function returned on this rank, typed; None without a result."""
+        return self.result.output if self.result is not None else None
 
     def where(self) -> str:
         """``at 'DDP step' for 12 s`` (where a rank was when it stopped), or empty."""
@@ -106,9 +113,15 @@ class PhaseResult:
         """Ranks that ended in ``state``."""
         return [r.rank for r in self.ranks if r.state == state]
 
-    def results(self) -> list[dict[str, Any]]:
-        """Each rank's returned dict (empty for a rank without a result)."""
-        return [dict((r.result or {}).get("result") or {}) for r in self.ranks]
+    def outputs(self, kind: type[T]) -> list[T]:
+        """Every rank's output as ``kind``, in rank order: for a phase that finished (a rank without a
+        result, or with another kind of output, raises ValueError or TypeError)."""
+        out = []
+        for rank in self.ranks:
+            if rank.result is None:
+                raise ValueError(f"rank {rank.rank} has no {self.phase} result ({rank.state})")
+            out.append(rank.result.output_as(kind))
+        return out
 
     def describe(self) -> str:
         """One line: what went wrong, naming ranks and the phase (empty when ok)."""

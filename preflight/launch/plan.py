@@ -1,9 +1,9 @@
 """What one torchrun launch runs: an ordered list of phases over one process group.
 
 A :class:`Phase` names the function every rank calls (``module:function``), its arguments, its own
-budget (a phase still running after its budget is a hang of that phase) and whether it is a
-measurement that waits for the launcher's gate. The plan is written as JSON into the launch's run
-directory and read by :mod:`preflight.workers.rehearsal` in every rank.
+budget (a phase still running after its budget is a hang of that phase), whether it is a
+measurement that waits for the launcher's gate, and how its result is read (``parse_output``). The
+plan is written as JSON into the launch's run directory and read by :mod:`preflight.workers.rehearsal` in every rank.
 """
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from preflight.launch.phase_results import OtherResult, OutputParser
 from preflight.workers.common import LEAVING, STARTUP
 
 LEAVING_BUDGET_S = 30.0
@@ -28,6 +29,9 @@ class Phase:
     args: tuple[str, ...] = ()
     budget_s: float = 60.0
     gated: bool = False
+    parse_output: OutputParser = OtherResult.parse
+    """How the launcher reads what the phase function returned (:mod:`preflight.launch.phase_results`);
+    a test plugin that replaces the entry keeps it."""
 
     def as_dict(self) -> dict[str, object]:
         """The JSON the ranks read."""

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
+from preflight.launch.phase_results import MalformedResult, read_rank_result
 from preflight.launch.outcome import FINISHED, NOT_RUN, LaunchResult, PhaseResult, RankOutcome
 from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import LaunchStatus, RunningLaunch, start
@@ -251,17 +252,19 @@ def _finished_early(launch: RunningLaunch, name: str) -> PhaseResult | None:
     files = [launch.run_dir / result_name(rank, name) for rank in range(plan.nproc)]
     if not all(f.exists() for f in files):
         return None
-    import json
-
-    ranks = []
-    for rank, path in enumerate(files):
-        try:
-            payload = json.loads(path.read_text())
-        except (OSError, ValueError):
-            return None
-        ranks.append(RankOutcome(rank, FINISHED, result=payload, log_path=str(launch.run_dir / f"rank{rank}.log")))
     phase = next(p for p in plan.phases if p.name == name)
-    duration = max(float((r.result or {}).get("duration_s", 0.0)) for r in ranks)
+    results = []
+    for path in files:
+        try:
+            result = read_rank_result(path, phase.parse_output)
+        except MalformedResult:
+            return None  # the launch's end names this rank's error
+        if result is None:
+            return None
+        results.append(result)
+    ranks = [RankOutcome(rank, FINISHED, result=result, log_path=str(launch.run_dir / f"rank{rank}.log"))
+             for rank, result in enumerate(results)]
+    duration = max(r.duration_s for r in results)
     return PhaseResult(phase=name, worker=phase.entry, nproc=plan.nproc, ranks=tuple(ranks), state=FINISHED,
                        duration_s=duration, deadline_s=phase.budget_s, run_dir=launch.run_dir, launch_name=plan.name)
 

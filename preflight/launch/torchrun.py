@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Protocol
 
 from preflight.launch import logs
 from preflight.launch.outcome import (
@@ -41,6 +41,7 @@ from preflight.launch.outcome import (
     root_cause_rank,
     signal_words,
 )
+from preflight.launch.phase_results import MalformedResult, OutputParser, RankError, read_rank_result
 from preflight.launch.plan import LaunchPlan
 from preflight.launch.reaper import LaunchCgroup, stop_launch
 from preflight.locations import PACKAGE_DIR
@@ -446,27 +447,20 @@ def _environment(overrides: Mapping[str, str | None], run_dir: Path, deadline_s:
 # -- reading what the ranks left ------------------------------------------------------------------------
 
 
-def _json(path: Path) -> dict[str, Any] | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
-
-
 def read_phases(plan: LaunchPlan, run_dir: Path, log: str, tail: str, *, hung: str | None, cut: bool,
                 cut_reason: str, now: float, launcher_signal: int | None = None) -> tuple[PhaseResult, ...]:
     """One :class:`PhaseResult` per planned phase from the files the ranks left."""
     exitcodes = failure_exitcodes(log)
     root = root_cause_rank(log)
     marks = [RankProgress.read(run_dir / progress_name(r)) for r in range(plan.nproc)]
-    startup_errors = [_json(run_dir / error_name(r, "startup")) for r in range(plan.nproc)]
+    startup_errors = [RankError.read(run_dir / error_name(r, "startup")) for r in range(plan.nproc)]
     in_startup = any(m is None or m.phase == STARTUP for m in marks)
     results: list[PhaseResult] = []
     broken: PhaseResult | None = None
     for position, phase in enumerate(plan.phases):
-        ranks = tuple(_rank_outcome(run_dir, rank, phase.name, position, marks[rank], startup_errors[rank],
-                                    exitcodes, root, hung=hung, cut=cut, now=now, launcher_signal=launcher_signal)
+        ranks = tuple(_rank_outcome(run_dir, rank, phase.name, phase.parse_output, position, marks[rank],
+                                    startup_errors[rank], exitcodes, root, hung=hung, cut=cut, now=now,
+                                    launcher_signal=launcher_signal)
                       for rank in range(plan.nproc))
         states = {r.state for r in ranks}
         reason = ""
@@ -495,25 +489,30 @@ def read_phases(plan: LaunchPlan, run_dir: Path, log: str, tail: str, *, hung: s
 
 
 def _finished_duration(ranks: Sequence[RankOutcome]) -> float:
-    durations = [float((r.result or {}).get("duration_s", 0.0)) for r in ranks if r.state == FINISHED]
+    durations = [r.result.duration_s for r in ranks if r.state == FINISHED and r.result is not None]
     return max(durations, default=0.0)
 
 
-def _rank_outcome(run_dir: Path, rank: int, phase: str, position: int, mark: RankProgress | None,
-                  startup_error: dict[str, Any] | None, exitcodes: dict[int, int], root: int | None, *,
-                  hung: str | None, cut: bool, now: float, launcher_signal: int | None = None) -> RankOutcome:
+def _rank_outcome(run_dir: Path, rank: int, phase: str, parse_output: OutputParser, position: int,
+                  mark: RankProgress | None, startup_error: RankError | None, exitcodes: dict[int, int],
+                  root: int | None, *, hung: str | None, cut: bool, now: float,
+                  launcher_signal: int | None = None) -> RankOutcome:
     log_path = run_dir / f"rank{rank}.log"
     tail = logs.tail(log_path)
     seq = mark.seq if mark is not None else 0
-    result = _json(run_dir / result_name(rank, phase))
+    try:
+        result = read_rank_result(run_dir / result_name(rank, phase), parse_output)
+    except MalformedResult as exc:  # the rank finished but wrote what its worker never writes: its fault, named
+        return RankOutcome(rank, "crashed", error=f"its {phase} result cannot be read: {exc}",
+                           exitcode=exitcodes.get(rank), log_tail=tail, log_path=str(log_path), progress_seq=seq)
     if result is not None:
         return RankOutcome(rank, FINISHED, result=result, log_tail=tail, log_path=str(log_path), progress_seq=seq)
-    error = _json(run_dir / error_name(rank, phase))
+    error = RankError.read(run_dir / error_name(rank, phase))
     if error is None and position == 0:
         error = startup_error
     if error is not None:
-        return RankOutcome(rank, "crashed", error=str(error.get("error")), exitcode=1, log_tail=tail,
-                           log_path=str(log_path), error_time=_float(error.get("time")), progress_seq=seq)
+        return RankOutcome(rank, "crashed", error=error.error, exitcode=1, log_tail=tail,
+                           log_path=str(log_path), error_time=error.time, progress_seq=seq)
     current = mark.phase if mark is not None else STARTUP
     here = current == phase or (position == 0 and current == STARTUP)
     if not here:
@@ -539,7 +538,3 @@ def _rank_outcome(run_dir: Path, rank: int, phase: str, position: int, mark: Ran
                            log_tail=tail, log_path=str(log_path), last_phase=label, progress_seq=seq)
     return RankOutcome(rank, "stopped", error="ended without a result after a peer failed", log_tail=tail,
                        log_path=str(log_path), last_phase=label, progress_seq=seq)
-
-
-def _float(value: object) -> float | None:
-    return float(value) if isinstance(value, (int, float)) else None
