@@ -28,7 +28,7 @@ from types import ModuleType
 from typing import Any
 
 from preflight.parse.nvcc import NvccParseError, NvccVersion, parse_nvcc_version
-from preflight.probe.command import CommandRunner, run_command
+from preflight.probe.command import CommandRunner
 from preflight.node.torch import JobTorch
 from preflight.probe.deepspeed import DeepSpeedFacts, probe_deepspeed
 
@@ -256,7 +256,7 @@ def nvcc_on_path(env: Mapping[str, str]) -> list[str]:
 
 
 def probe_nvcc(
-    path: str, runner: CommandRunner = run_command, timeout_s: float = NVCC_TIMEOUT_S
+    path: str, runner: CommandRunner, timeout_s: float = NVCC_TIMEOUT_S
 ) -> NvccProbe:
     """Run ``<path> --version`` under a deadline and parse it; failures are values."""
     resolved = os.path.realpath(path)
@@ -294,7 +294,7 @@ def probe_tool(
     return ToolProbe(name, command, path, first, source)
 
 
-def probe_compiler(env: Mapping[str, str], runner: CommandRunner = run_command) -> ToolProbe:
+def probe_compiler(env: Mapping[str, str], runner: CommandRunner) -> ToolProbe:
     """The C++ compiler torch's extension builder calls: ``$CXX``, else ``c++`` (Linux)."""
     cxx = env.get("CXX", "").strip()
     command = tuple(shlex.split(cxx)) if cxx else ("c++",)
@@ -306,9 +306,9 @@ def probe_compiler(env: Mapping[str, str], runner: CommandRunner = run_command) 
 
 
 def probe_toolkit(
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str],
     *,
-    runner: CommandRunner = run_command,
+    runner: CommandRunner,
     torch_module: ModuleType | Any | None = None,
     job_torch: JobTorch | None = None,
     toolkit_glob: str = TOOLKIT_GLOB,
@@ -318,7 +318,7 @@ def probe_toolkit(
 
     ``job_torch`` is the job's torch as its own interpreter answered (the node model, ``--python``):
     torch's build and the job's DeepSpeed are taken from it rather than from preflight's interpreter."""
-    env = dict(os.environ) if env is None else dict(env)
+    env = dict(env)
     cache: dict[str, NvccProbe] = {}
 
     def nvcc(path: str) -> NvccProbe:

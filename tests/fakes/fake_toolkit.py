@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from preflight.fixtures.toolkit import TOOLKIT_FACTS_KEY
+from preflight.probe.command import run_command
 from preflight.probe.deepspeed import DeepSpeedFacts
 from preflight.probe.toolkit import probe_toolkit
 from tests.toolkit_fakes import fake_torch
@@ -32,6 +33,7 @@ def pytest_configure(config: pytest.Config) -> None:
     torch = spec["torch"]
     facts = probe_toolkit(
         spec["env"],
+        runner=run_command,
         torch_module=fake_torch(torch["version"], torch.get("cuda"), arch=torch.get("arch", "")),
         toolkit_glob=spec.get("toolkit_glob", NOWHERE),
         default_cuda_home=NOWHERE,
