@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -34,6 +34,7 @@ from typing import Any, Generic, TypeVar
 
 from preflight.node.cuda import CudaFacts, cuda_facts
 from preflight.node.devices import CudaDevice, job_devices
+from preflight.node.environment import JobEnvironment
 from preflight.node.fabric import Fabric, JobTopology, Layout, fabric_from, job_topology
 from preflight.node.host import HostFacts
 from preflight.node.torch import JobTorch, JobTorchAnswer
@@ -157,6 +158,8 @@ class Node:
     def __init__(self, transports: Transports, *, nproc: int | None, cpu: bool = False,
                  nvml_timeout_s: Callable[[], float] = lambda: NVML_TIMEOUT_S) -> None:
         self.transports = transports
+        self.env = JobEnvironment(dict(transports.environ))
+        """The environment the job inherits (``Transports.environ``), read once."""
         self.nproc = nproc
         self.cpu_rehearsal = cpu
         self._torch = JobTorchAnswer(transports)  # asked by the launch's rank 0, else by the probe child
@@ -196,16 +199,6 @@ class Node:
 
     # -- what the job sees ----------------------------------------------------------------------------
 
-    @property
-    def visible_raw(self) -> str | None:
-        """``CUDA_VISIBLE_DEVICES`` as the job inherits it."""
-        return self.transports.environ.get(VISIBLE_DEVICES_VAR)
-
-    @property
-    def order_raw(self) -> str | None:
-        """``CUDA_DEVICE_ORDER`` as the job inherits it."""
-        return self.transports.environ.get(DEVICE_ORDER_VAR)
-
     @cached_property
     def identities(self) -> tuple[GpuIdentity, ...]:
         """What visible-device resolution needs of each GPU NVML could identify."""
@@ -217,10 +210,10 @@ class Node:
         if not self.nvml.gpus:
             return None
         try:
-            order = parse_device_order(self.order_raw)
+            order = parse_device_order(self.env.device_order)
         except VisibleDevicesError:
             order = DeviceOrder.FASTEST_FIRST  # the order check reports the bad value
-        return resolve_visible_devices(parse_visible_devices(self.visible_raw), self.identities, order)
+        return resolve_visible_devices(parse_visible_devices(self.env.visible_devices), self.identities, order)
 
     @cached_property
     def visible_gpus(self) -> tuple[GpuInfo, ...]:
@@ -281,12 +274,7 @@ class Node:
     @cached_property
     def host(self) -> HostFacts:
         """The host's facts (shared memory, CPUs, RAM, processes, session, ...), each probed once."""
-        return HostFacts(self.transports)
-
-    @property
-    def environ(self) -> Mapping[str, str]:
-        """The environment the job inherits."""
-        return self.transports.environ
+        return HostFacts(self.transports, self.env)
 
     @cached_property
     def pci_gpus(self) -> PciGpus:
@@ -361,8 +349,8 @@ class Node:
             **snapshot.as_dict(),
             "error": None if snapshot.error is None else f"{snapshot.error.code}: {snapshot.error.cause}",
             "nvml_walk_s": round(snapshot.duration_s, 3),
-            VISIBLE_DEVICES_VAR: self.visible_raw,
-            DEVICE_ORDER_VAR: self.order_raw,
+            VISIBLE_DEVICES_VAR: self.env.visible_devices,
+            DEVICE_ORDER_VAR: self.env.device_order,
             "job_sees": visible.describe() if visible else "no GPU",
             "gpus": [{"cuda_index": cuda_index.get(g.index), **g.as_dict()} for g in self.job_gpus],
             "not_used_by_the_job": [g.index for g in snapshot.gpus if g not in self.job_gpus],

@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from preflight.probe.command import CommandResult, CommandRunner
@@ -50,10 +50,11 @@ def child_argv(mode: str, transport: NvmlTransport, extra: Sequence[str] = ()) -
     return [sys.executable, "-m", CHILD_MODULE, mode, *transport.child_args(), *extra]
 
 
-def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment with ``PYTHONPATH`` set so the child imports what this process imports
-    (preflight from a checkout, a test's fake library)."""
-    env = dict(os.environ if environ is None else environ)
+def child_env() -> dict[str, str]:
+    """preflight's own environment with ``PYTHONPATH`` set so the child imports what this process imports
+    (preflight from a checkout, a test's fake library). The NVML child is preflight's helper, not the job:
+    it never reads the job's variables (NVML ignores ``CUDA_VISIBLE_DEVICES``)."""
+    env = dict(os.environ)
     paths = [entry or _START_DIR for entry in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -282,7 +282,7 @@ class ReportCollector:
         report = build_report(
             self.record,
             node=node,
-            environment=report_environment(os.environ),
+            environment=report_environment(_job_environment(self.config)),
             options={k: _plain(v) for k, v in self.settings.options.items()},
             exit_code=self.exit_code(),
             sections=gathered_sections(self.config),
@@ -355,6 +355,13 @@ def _node_model_facts(config: pytest.Config, *, wait: bool) -> dict[str, Any]:
     from preflight.plugin import node_for
 
     return node_for(config).as_dict(wait=wait)
+
+
+def _job_environment(config: pytest.Config) -> Mapping[str, str]:
+    """The environment the job inherits (the node model's), for the report's allow-listed section."""
+    from preflight.plugin import node_for
+
+    return node_for(config).env
 
 
 def _seconds_since_process_start() -> float | None:
