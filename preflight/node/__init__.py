@@ -18,6 +18,8 @@ on first use:
 - :attr:`Node.fabric`: how the GPUs are linked, from NVML's remote device types and fabric states and
   the NVSwitches on the PCI bus (:mod:`preflight.node.fabric`), and :attr:`Node.job_layout`;
 - :attr:`Node.cuda`: the driver and the job's compute capabilities (:mod:`preflight.node.cuda`);
+- :attr:`Node.toolkit`: torch's CUDA build, the CUDA toolkit, ninja, the compiler and DeepSpeed
+  (:mod:`preflight.probe.toolkit`), from the job's environment (:attr:`Node.env`) and torch;
 - :meth:`Node.smi_topology`: ``nvidia-smi topo -m`` through the command transport, with a short deadline
   once NVML has hung (the same driver answers both).
 """
@@ -54,6 +56,7 @@ from preflight.parse.visible_devices import (
 from preflight.probe.nvml_probe import NVML_TIMEOUT_S, probe_failed_error, take_snapshot
 from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 from preflight.probe.pci import PciGpus, nvidia_gpus_on_pci
+from preflight.probe.toolkit import DEFAULT_CUDA_HOME, TOOLKIT_GLOB, ToolkitFacts, probe_toolkit
 from preflight.probe.topology import SMI_TIMEOUT_S, SmiTopology, read_smi_topology
 from preflight.waits import waiting
 
@@ -305,6 +308,15 @@ class Node:
     def cuda(self) -> CudaFacts:
         """The driver and the compute capability of each of the job's GPUs."""
         return cuda_facts(self.nvml, self.job_gpus if self.nvml.gpus else ())
+
+    @cached_property
+    def toolkit(self) -> ToolkitFacts:
+        """torch's CUDA build (the job's torch), the toolkit a JIT build would use (``CUDA_HOME``, ``nvcc`` on
+        the job's PATH, ``/usr/local/cuda*`` under the filesystem root), ninja, the compiler and the job's
+        DeepSpeed: every ``nvcc``/tool asked through the command runner."""
+        root = self.transports.root
+        return probe_toolkit(self.env, runner=self.transports.run, job_torch=self.torch,
+                             toolkit_glob=str(root / TOOLKIT_GLOB), default_cuda_home=str(root / DEFAULT_CUDA_HOME))
 
     @property
     def nvml_hung(self) -> bool:

@@ -25,16 +25,21 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from types import ModuleType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from preflight.parse.nvcc import NvccParseError, NvccVersion, parse_nvcc_version
 from preflight.probe.command import CommandRunner
-from preflight.node.torch import JobTorch
 from preflight.probe.deepspeed import DeepSpeedFacts, probe_deepspeed
+
+if TYPE_CHECKING:  # the node model imports this module (node.toolkit); the answer's type only
+    from preflight.node.torch import JobTorch
 
 NVCC_TIMEOUT_S = 15.0
 TOOL_TIMEOUT_S = 10.0
-TOOLKIT_GLOB = "/usr/local/cuda*"
+TOOLKIT_GLOB = "usr/local/cuda*"
+"""Where toolkits are installed, under the node's filesystem root (``Transports.root``)."""
+DEFAULT_CUDA_HOME = "usr/local/cuda"
+"""torch's last resort for ``CUDA_HOME``, under the node's filesystem root."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -311,8 +316,8 @@ def probe_toolkit(
     runner: CommandRunner,
     torch_module: ModuleType | Any | None = None,
     job_torch: JobTorch | None = None,
-    toolkit_glob: str = TOOLKIT_GLOB,
-    default_cuda_home: str = "/usr/local/cuda",
+    toolkit_glob: str = "/" + TOOLKIT_GLOB,
+    default_cuda_home: str = "/" + DEFAULT_CUDA_HOME,
 ) -> ToolkitFacts:
     """Gather every toolkit fact once; each ``nvcc`` runs at most once (cached by real path).
 
