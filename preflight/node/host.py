@@ -37,16 +37,22 @@ from preflight.probe.host_processes import (
     training_processes,
 )
 from preflight.probe.host_session import SessionFacts, probe_session
+from preflight.probe.node import HostIdentity, probe_identity
 
 
 class HostFacts:
-    """The host's facts (shared memory, container, locked memory, CPUs and RAM, processes, session, the
-    rendezvous port, IOMMU/ACS, disk), each probed on first use."""
+    """The host's facts (its identity, shared memory, container, locked memory, CPUs and RAM, processes,
+    session, the rendezvous port, IOMMU/ACS, disk), each probed on first use."""
 
     def __init__(self, transports: Transports, env: JobEnvironment) -> None:
         self.transports = transports
         self.env = env
         self.root = transports.root
+
+    @cached_property
+    def identity(self) -> HostIdentity:
+        """Hostname, OS, kernel, CPU, memory and Python: the report's ``node`` headline."""
+        return probe_identity(self.root)
 
     @cached_property
     def container(self) -> ContainerFacts:
