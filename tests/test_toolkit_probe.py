@@ -104,7 +104,7 @@ def test_cuda_home_tree_and_path_nvcc(tmp_path: Path) -> None:
     home = fake_toolkit(tmp_path / "cuda-12.4", "12.4")
     fake_nvcc(tmp_path / "bin", capture("11.8"))
     env = path_env(tmp_path / "bin", CUDA_HOME=str(home))
-    facts = probe_toolkit(env, runner=run_command, torch_module=fake_torch("2.4.1+cu124", "12.4"), toolkit_glob=NOWHERE)
+    facts = probe_toolkit(env, runner=run_command, torch=probe_torch(fake_torch("2.4.1+cu124", "12.4")), toolkit_glob=NOWHERE)
     assert facts.cuda_home.path == str(home)
     assert facts.cuda_home.source == "env CUDA_HOME"
     assert facts.cuda_home.has_headers
@@ -116,7 +116,7 @@ def test_cuda_home_tree_and_path_nvcc(tmp_path: Path) -> None:
 
 def test_cuda_home_derived_from_path(tmp_path: Path) -> None:
     root = fake_toolkit(tmp_path / "cuda-12.1", "12.1", headers=False)
-    facts = probe_toolkit(path_env(root / "bin"), runner=run_command, torch_module=fake_torch("2.3.0+cu121", "12.1"), toolkit_glob=NOWHERE)
+    facts = probe_toolkit(path_env(root / "bin"), runner=run_command, torch=probe_torch(fake_torch("2.3.0+cu121", "12.1")), toolkit_glob=NOWHERE)
     assert facts.cuda_home.path == str(root)
     assert facts.cuda_home.source == f"derived from the first nvcc on PATH, {root / 'bin' / 'nvcc'}"
     assert not facts.cuda_home.has_headers
@@ -125,7 +125,7 @@ def test_cuda_home_derived_from_path(tmp_path: Path) -> None:
 def test_no_toolkit_anywhere(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     facts = probe_toolkit(
-        path_env(tmp_path / "bin"), runner=run_command, torch_module=fake_torch("2.4.1+cu124", "12.4"),
+        path_env(tmp_path / "bin"), runner=run_command, torch=probe_torch(fake_torch("2.4.1+cu124", "12.4")),
         toolkit_glob=NOWHERE, default_cuda_home=NOWHERE,
     )
     assert facts.cuda_home.path is None and facts.cuda_home.nvcc is None
@@ -143,7 +143,7 @@ def test_other_toolkits_found_once_and_each_nvcc_runs_once(tmp_path: Path) -> No
         return run_command(argv, timeout_s, env)
 
     env = path_env(tmp_path / "cuda" / "bin", CUDA_HOME=str(tmp_path / "cuda"))
-    facts = probe_toolkit(env, runner=counting, torch_module=fake_torch("2.4.1", "12.4"), toolkit_glob=str(tmp_path / "cuda*"))
+    facts = probe_toolkit(env, runner=counting, torch=probe_torch(fake_torch("2.4.1", "12.4")), toolkit_glob=str(tmp_path / "cuda*"))
     releases = sorted(p.version.release_text for p in facts.other_toolkits if p.version)
     assert releases == ["12.1"]
     nvcc_calls = [call for call in calls if call.endswith("nvcc")]
@@ -286,7 +286,7 @@ def test_probe_reads_the_job_environment_not_preflights(tmp_path: Path, monkeypa
     monkeypatch.setenv("CUDA_HOME", str(tmp_path / "elsewhere"))
     monkeypatch.delenv("DS_SKIP_CUDA_CHECK", raising=False)
     job = {"PATH": str(tmp_path / "bin"), "CUDA_HOME": str(home), "DS_SKIP_CUDA_CHECK": "1"}
-    facts = probe_toolkit(job, runner=run_command, torch_module=fake_torch("2.7.0+cu128", "12.8"), toolkit_glob=NOWHERE)
+    facts = probe_toolkit(job, runner=run_command, torch=probe_torch(fake_torch("2.7.0+cu128", "12.8")), toolkit_glob=NOWHERE)
     assert facts.first_nvcc is not None and facts.first_nvcc.path == str(tmp_path / "bin" / "nvcc")
     assert facts.cuda_home.path == str(home) and facts.cuda_home.nvcc is not None
     assert facts.deepspeed.skip_cuda_check == "1"

@@ -56,7 +56,7 @@ from preflight.parse.visible_devices import (
 from preflight.probe.nvml_probe import NVML_TIMEOUT_S, probe_failed_error, take_snapshot
 from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 from preflight.probe.pci import PciGpus, nvidia_gpus_on_pci
-from preflight.probe.toolkit import DEFAULT_CUDA_HOME, TOOLKIT_GLOB, ToolkitFacts, probe_toolkit
+from preflight.probe import toolkit as toolkit_probe  # a module: it imports node.torch, which imports us
 from preflight.probe.topology import SMI_TIMEOUT_S, SmiTopology, read_smi_topology
 from preflight.waits import waiting
 
@@ -310,13 +310,14 @@ class Node:
         return cuda_facts(self.nvml, self.job_gpus if self.nvml.gpus else ())
 
     @cached_property
-    def toolkit(self) -> ToolkitFacts:
+    def toolkit(self) -> toolkit_probe.ToolkitFacts:
         """torch's CUDA build (the job's torch), the toolkit a JIT build would use (``CUDA_HOME``, ``nvcc`` on
         the job's PATH, ``/usr/local/cuda*`` under the filesystem root), ninja, the compiler and the job's
         DeepSpeed: every ``nvcc``/tool asked through the command runner."""
         root = self.transports.root
-        return probe_toolkit(self.env, runner=self.transports.run, job_torch=self.torch,
-                             toolkit_glob=str(root / TOOLKIT_GLOB), default_cuda_home=str(root / DEFAULT_CUDA_HOME))
+        return toolkit_probe.probe_toolkit(
+            self.env, runner=self.transports.run, torch=self.torch, toolkit_glob=str(root / toolkit_probe.TOOLKIT_GLOB),
+            default_cuda_home=str(root / toolkit_probe.DEFAULT_CUDA_HOME))
 
     @property
     def nvml_hung(self) -> bool:
