@@ -63,7 +63,7 @@ def test_cuda_visible_devices(record: Recorder, visible: VisibleDevices) -> None
 
 def test_cuda_device_order(record: Recorder, node: Node, visible: VisibleDevices) -> None:
     """Do CUDA device indices mean the GPUs nvidia-smi shows?"""
-    record(judge_device_order(visible, node.order_raw, node.identities))
+    record(judge_device_order(visible, node.env.device_order, node.identities))
 
 
 def test_gpu_models(record: Recorder, node: Node, visible: VisibleDevices) -> None:

@@ -173,9 +173,11 @@ def _check_scratch_locations() -> None:
     """The folders preflight writes besides the report directory: the op cache falls back to a private folder
     by itself (``extensions_root``); one the user named that cannot be written is one line now, not a crash
     half way through the run."""
+    from preflight.launch.torchrun import inherited_environment
     from preflight.probe.deepspeed_ops import EXTENSIONS_DIR_ENV, extensions_root
 
-    root = extensions_root()  # UnusableLocation when neither the cache nor the private fallback can be used
+    # UnusableLocation when neither the cache nor the private fallback can be used
+    root = extensions_root(inherited_environment())
     why = unwritable(root)
     if why is not None:
         raise UsageError(f"{EXTENSIONS_DIR_ENV}={shown(str(root))} cannot hold preflight's op builds ({why}): point "

@@ -22,6 +22,7 @@ import pytest
 from preflight.judge.op_build import judge_op_build, op_build_blocker, pending_builders
 from preflight.judge.toolkit import judge_jit_build
 from preflight.outcome import Status
+from preflight.probe.command import run_command
 from preflight.probe.deepspeed_ops import (
     EXTENSIONS_DIR_ENV,
     LOCK_NAME,
@@ -58,7 +59,7 @@ def test_the_extensions_root_is_preflights_own(tmp_path: Path) -> None:
 def test_the_ops_are_built_once_into_preflights_cache_and_then_loaded(tmp_path: Path) -> None:
     user_dir = tmp_path / "users-own-torch-extensions"
     env = {**_cached_env(), "TORCH_EXTENSIONS_DIR": str(user_dir)}
-    first = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)
+    first = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env)
     assert first.ok, first.tail()
     assert first.directory and Path(first.directory).parent == extensions_root(env)
     assert f"_deepspeed0.19.8_{first.accelerator}_" in Path(first.directory).name
@@ -68,7 +69,7 @@ def test_the_ops_are_built_once_into_preflights_cache_and_then_loaded(tmp_path: 
         assert op.module and op.module.startswith(first.directory) and op.builder_class.startswith(
             "deepspeed.ops.op_builder.cpu."), op
     assert not user_dir.exists()  # the user's own extensions directory is never touched
-    again = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)  # no child: the manifest verifies
+    again = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env)  # no child: the manifest verifies
     assert again.ok and [op.source for op in again.ops] == ["verified", "verified"], again.tail()
     assert again.returncode is None and again.duration_s < 5
     verdict = judge_op_build(again)
@@ -92,19 +93,19 @@ def _ninja_that_must_not_run(bin_dir: Path) -> Path:
 
 def test_an_environment_with_another_ninja_shares_the_build_without_running_ninja(tmp_path: Path) -> None:
     env = _cached_env()
-    assert build_ops(timeout_s=BUILD_TIMEOUT_S, env=env).ok
+    assert build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env).ok
     mark = _ninja_that_must_not_run(tmp_path / "bin")
     other = {**env, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', '')}"}
-    shared = build_ops(timeout_s=BUILD_TIMEOUT_S, env=other)  # a new environment: the child finds the folder
+    shared = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=other)  # a new environment: the child finds the folder
     assert shared.ok and [op.source for op in shared.ops] == ["cached", "cached"], shared.tail()
     assert not mark.exists(), mark.read_text()
-    assert [op.source for op in build_ops(timeout_s=BUILD_TIMEOUT_S, env=other).ops] == ["verified", "verified"]
+    assert [op.source for op in build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=other).ops] == ["verified", "verified"]
 
 
 def test_a_cut_library_is_built_again_instead_of_killing_the_loader(tmp_path: Path) -> None:
     """A cached library cut short (a full disk, a killed copy): loading it killed the child with SIGBUS while
     ninja said "no work to do", on every later run (issue 25). Now it does not verify and is linked again."""
-    warm = build_ops(timeout_s=BUILD_TIMEOUT_S, env=_cached_env())
+    warm = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=_cached_env())
     assert warm.ok and warm.directory, warm.tail()
     root = tmp_path / "root"
     folder = root / Path(warm.directory).name
@@ -112,13 +113,13 @@ def test_a_cut_library_is_built_again_instead_of_killing_the_loader(tmp_path: Pa
     library = folder / "deepspeed_shm_comm" / "deepspeed_shm_comm.so"
     os.truncate(library, library.stat().st_size // 2)
     env = {**_cached_env(), EXTENSIONS_DIR_ENV: str(root)}
-    repaired = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)
+    repaired = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env)
     assert repaired.ok and repaired.returncode == 0, repaired.tail()
     assert [op.source for op in repaired.ops] == ["built", "cached"], repaired.ops
     assert repaired.repaired and repaired.repaired[0].startswith("deepspeed_shm_comm: "), repaired.repaired
     verdict = judge_op_build(repaired)
     assert verdict.status is Status.PASS and "built again 1 cached library" in verdict.summary, verdict.summary
-    assert [op.source for op in build_ops(timeout_s=BUILD_TIMEOUT_S, env=env).ops] == ["verified", "verified"]
+    assert [op.source for op in build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env).ops] == ["verified", "verified"]
 
 
 def test_a_loader_killed_by_a_signal_names_the_folder_to_remove() -> None:
@@ -149,12 +150,12 @@ def test_a_lock_left_by_a_killed_build_is_removed_instead_of_waited_on(tmp_path:
     import torch.utils.file_baton  # noqa: F401 - the test needs a torch with FileBaton (2.4-2.14 all ship it)
 
     env = _cached_env()
-    warm = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)
+    warm = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env)
     assert warm.ok and warm.directory, warm.tail()
     lock = _stale_baton(Path(warm.directory) / "fused_adam")
     assert lock.exists()
     # torch 2.4.1-2.13 (FileBaton) would wait for this file for ever; preflight removes it first
-    after = build_ops(timeout_s=BUILD_TIMEOUT_S, env=env)
+    after = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env)
     assert after.ok and str(lock) in after.stale_locks and not lock.exists(), after.tail()
     assert "removed 1 stale build lock" in judge_op_build(after).summary
 
@@ -180,7 +181,7 @@ def test_a_background_build_holds_the_lock_the_ranks_wait_on(tmp_path: Path) -> 
     another folder holds no lock of this run's (issue 27: one root lock made runs wait on each other)."""
     env = {**_cached_env(), "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
     run_lock = tmp_path / "logs" / "op-build.lock"
-    build = BackgroundOpBuild(BUILD_TIMEOUT_S, env=env, run_lock=run_lock)
+    build = BackgroundOpBuild(BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env, run_lock=run_lock)
     build.start()
     fd = os.open(run_lock, os.O_RDWR)
     try:
@@ -199,7 +200,7 @@ def test_a_directory_held_by_another_preflight_is_reported_busy(tmp_path: Path) 
     fd = os.open(tmp_path / "build" / LOCK_NAME, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        build = build_ops(timeout_s=90, root=tmp_path, directory=tmp_path / "build", env=_cached_env())
+        build = build_ops(timeout_s=90, root=tmp_path, directory=tmp_path / "build", runner=run_command, python=sys.executable, env=_cached_env())
     finally:
         os.close(fd)
     assert build.busy and not build.ok and not build.timed_out, build.tail()
@@ -211,7 +212,7 @@ def test_a_compiler_that_cannot_run_is_quoted_in_the_verdict(tmp_path: Path) -> 
     """A real failed build: ``CXX`` with flags in it (torch writes it to build.ninja as one program name)."""
     env = {**_cached_env(), "CXX": f"g++ -include {MISSING_HEADER}"}
     build = build_ops(({"builder": "FusedAdamBuilder"},), timeout_s=600, root=tmp_path, directory=tmp_path / "fresh",
-                      env=env)
+                      runner=run_command, python=sys.executable, env=env)
     assert not build.ok and build.failed is not None and build.failed.name == "fused_adam", build.tail()
     assert "Error building extension 'fused_adam'" in (build.failed.error or "")
     status = json.loads((tmp_path / "fresh" / STATUS_NAME).read_text())  # ranks raise it, never rebuild
@@ -237,9 +238,9 @@ def test_the_slow_check_says_what_was_really_built(tmp_path: Path) -> None:
     """``--slow`` on this CPU node: DeepSpeed's CPU accelerator and the C++ compiler, never "CUDA ... nvcc"."""
     if not Path("/usr/bin/g++").exists():
         pytest.skip("no /usr/bin/g++ on this machine")
-    facts = probe_toolkit()
+    facts = probe_toolkit(dict(os.environ), runner=run_command)
     env = {**_cached_env(), "CXX": str(_failing_gxx(tmp_path / "bin"))}
-    failed = fresh_jit_build(timeout_s=600, env=env)
+    failed = fresh_jit_build(timeout_s=600, runner=run_command, python=sys.executable, env=env)
     verdict = judge_jit_build(facts, failed)
     assert verdict.status is Status.FAIL and verdict.code == "DEEPSPEED_JIT_BUILD_FAILED", failed.tail()
     assert "cpu accelerator" in verdict.summary, verdict.summary

@@ -159,7 +159,7 @@ def test_mig_slices_among_full_gpus_fail_only_on_mig_gpus() -> None:
     gpus = inventory("4x-a100-sxm-mixed-mig").gpus
     devices = job_devices(gpus, None)
     assert [d.name for d in devices][:2] == ["Fake NVIDIA A100-SXM4-80GB MIG 3g.40gb"] * 2
-    assert [d.memory_total for d in devices] == [40192 * MIB] * 2 + [81920 * MIB] * 2
+    assert [d.memory_total_bytes for d in devices] == [40192 * MIB] * 2 + [81920 * MIB] * 2
     codes = [judge_mig(gpu, devices, ranks=4).code for gpu in gpus]
     assert codes == ["GPU_MIG_IN_MULTI_GPU_JOB", "GPU_MIG_IN_MULTI_GPU_JOB", None, None]
     assert "among 2 full GPU(s) (GPU 2, GPU 3)" in judge_mig(gpus[0], devices, ranks=4).summary
@@ -286,19 +286,19 @@ def test_smi_captures_memory_in_use(shared_fixtures: Path) -> None:
         memory, pids = smi_memory_and_compute_pids(capture.read_text())
         assert not pids, f"{capture.name}: compute processes listed; extend this test"
         for used, total in memory:
-            gpu = dataclasses.replace(template, memory_total=total * MIB, memory_used=used * MIB, processes=())
+            gpu = dataclasses.replace(template, memory_total_bytes=total * MIB, memory_used_bytes=used * MIB, processes=())
             verdict = judge_gpu_busy(gpu)
             assert verdict.code == MEMORY_EXPECTED.get(capture.name), f"{capture.name}: {verdict.summary}"
             assert verdict.status is (Status.PASS if verdict.code is None else Status.FAIL)
 
 
 def test_processes_not_reported_fall_back_on_memory() -> None:
-    gpu = dataclasses.replace(inventory("1x-a10g").gpus[0], processes=NOT_SUPPORTED, memory_used=10_000 * MIB)
+    gpu = dataclasses.replace(inventory("1x-a10g").gpus[0], processes=NOT_SUPPORTED, memory_used_bytes=10_000 * MIB)
     assert judge_gpu_busy(gpu).code == "GPU_MEMORY_IN_USE_UNSEEN"
 
 
 def test_process_with_unknown_memory_is_still_listed() -> None:
-    gpu = dataclasses.replace(inventory("1x-a10g").gpus[0], processes=(GpuProcess(99, None),), memory_used=100 * MIB)
+    gpu = dataclasses.replace(inventory("1x-a10g").gpus[0], processes=(GpuProcess(99, None),), memory_used_bytes=100 * MIB)
     assert "pid 99 (? MiB)" in judge_gpu_busy(gpu).summary
 
 
@@ -323,8 +323,8 @@ def test_idle_memory_of_the_smi_q_captures_is_not_another_process(shared_fixture
     seen_reserved = []
     for capture in captures:
         total, reserved, used = smi_q_fb_memory(capture.read_text())
-        gpu = dataclasses.replace(template, memory_total=total * MIB, memory_used=used * MIB, processes=(),
-                                  memory_reserved=NOT_SUPPORTED if reserved is None else reserved * MIB)
+        gpu = dataclasses.replace(template, memory_total_bytes=total * MIB, memory_used_bytes=used * MIB, processes=(),
+                                  memory_reserved_bytes=NOT_SUPPORTED if reserved is None else reserved * MIB)
         verdict = judge_gpu_busy(gpu)
         assert verdict.status is Status.PASS, f"{capture.name}: {verdict.summary}"
         if reserved is not None:
@@ -336,8 +336,8 @@ def test_idle_memory_of_the_smi_q_captures_is_not_another_process(shared_fixture
 @pytest.mark.parametrize("profile", HEALTHY_PROFILES)
 def test_idle_gpus_are_not_busy_though_used_is_not_zero(profile: str) -> None:
     for gpu in inventory(profile).gpus:
-        assert isinstance(gpu.memory_used, int)
-        assert gpu.memory_used > 0 or (isinstance(gpu.memory_reserved, int) and gpu.memory_reserved > 0)
+        assert isinstance(gpu.memory_used_bytes, int)
+        assert gpu.memory_used_bytes > 0 or (isinstance(gpu.memory_reserved_bytes, int) and gpu.memory_reserved_bytes > 0)
         verdict = judge_gpu_busy(gpu)
         assert verdict.status is Status.PASS, verdict.summary
         assert "no other process" in verdict.summary
@@ -346,7 +346,7 @@ def test_idle_gpus_are_not_busy_though_used_is_not_zero(profile: str) -> None:
 def test_an_old_driver_counts_the_reserve_in_used_and_says_so() -> None:
     """Driver 470: no nvmlDeviceGetMemoryInfo_v2, so v1 "used" = reserve + allocated (nvml.h)."""
     gpu = inventory("8x-a100-sxm-driver470").gpus[0]
-    assert gpu.memory_reserved is NOT_SUPPORTED and gpu.memory_used == 905 * MIB
+    assert gpu.memory_reserved_bytes is NOT_SUPPORTED and gpu.memory_used_bytes == 905 * MIB
     verdict = judge_gpu_busy(gpu)
     assert verdict.status is Status.PASS and "reserve included (driver before 510)" in verdict.summary
 

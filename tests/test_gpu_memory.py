@@ -16,9 +16,9 @@ def test_the_job_gpus_memory_counts_the_drivers_reserve_as_taken() -> None:
     source = from_inventory(snapshot, job_devices(snapshot.gpus[2:4], None))
     assert [g.index for g in source.gpus] == [2, 3] and source.source == "gpu inventory"
     first = snapshot.gpus[2]
-    reserved = first.memory_reserved if isinstance(first.memory_reserved, int) else 0
-    used = first.memory_used if isinstance(first.memory_used, int) else 0
-    assert source.gpus[0] == GpuMemory(2, str(first.name), int(first.memory_total), used + reserved)  # type: ignore[arg-type]
+    reserved = first.memory_reserved_bytes if isinstance(first.memory_reserved_bytes, int) else 0
+    used = first.memory_used_bytes if isinstance(first.memory_used_bytes, int) else 0
+    assert source.gpus[0] == GpuMemory(2, str(first.name), int(first.memory_total_bytes), used + reserved)  # type: ignore[arg-type]
     assert reserved > 0  # a real GPU at idle keeps memory for the driver (tests/fakes/nvml_profiles.py)
 
 
@@ -26,7 +26,7 @@ def test_unknown_memory_and_no_gpu_give_a_reason() -> None:
     import dataclasses
 
     snapshot = walk_fake("1x-a10g")
-    unknown = dataclasses.replace(snapshot.gpus[0], memory_total=NOT_SUPPORTED)
+    unknown = dataclasses.replace(snapshot.gpus[0], memory_total_bytes=NOT_SUPPORTED)
     assert "memory is unknown" in (from_inventory(snapshot, (CudaDevice(unknown),)).reason or "")
     empty = NvmlSnapshot(label="pynvml", error=SnapshotError("NVML_DRIVER_NOT_LOADED", "driver not loaded", "x"))
     assert "driver not loaded" in (from_inventory(empty, ()).reason or "")

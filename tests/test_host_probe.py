@@ -401,7 +401,7 @@ def test_session_process_table_failure_is_tolerated(tmp_path: Path) -> None:
 
 
 def test_session_real_process() -> None:
-    facts = probe_session()
+    facts = probe_session(dict(os.environ))
     assert facts.parents and facts.parents[0].pid == os.getppid()
     expected = signal.getsignal(signal.SIGHUP) == signal.SIG_IGN
     assert facts.sighup_ignored is expected

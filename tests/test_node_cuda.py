@@ -8,7 +8,7 @@ import pytest
 from preflight.judge.cuda_runtime import judge_job_gpu_arch
 from preflight.node.cuda import cuda_facts
 from preflight.outcome import Status
-from preflight.probe.toolkit import TorchFacts
+from preflight.node.torch import JobTorch
 from tests.fakes.nvml import walk_fake
 
 
@@ -44,7 +44,7 @@ def test_a_lost_gpus_arch_check_skips_naming_it() -> None:
     snapshot = walk_fake("8x-h100-sxm", lost_at_handle={3})
     facts = cuda_facts(snapshot, snapshot.gpus)
     assert facts.gpu_count == 7 and "GPU 3 is lost" in facts.note
-    torch = TorchFacts(installed=True, version="2.4.1+cu124", cuda="12.4", arch_list=("sm_90",))
+    torch = JobTorch(python="python", version="2.4.1+cu124", cuda="12.4", arch_list=("sm_90",))
     verdict = judge_job_gpu_arch(torch, snapshot.gpus[3], facts)
     assert verdict.status is Status.SKIP and verdict.summary.startswith("GPU 3 is lost")
     assert judge_job_gpu_arch(torch, snapshot.gpus[0], facts).status is Status.PASS

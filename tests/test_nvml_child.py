@@ -8,7 +8,7 @@ from collections.abc import Mapping, Sequence
 
 import pytest
 
-from preflight.probe.command import CommandResult
+from preflight.probe.command import CommandResult, run_command
 from preflight.probe.nvml_child import run
 from preflight.probe.nvml_probe import PcieSampler, child_argv, sample_pcie_links, take_snapshot
 from preflight.probe.nvml_transport import REAL, NvmlTransport, TransportError
@@ -18,7 +18,7 @@ pytestmark = pytest.mark.subprocess
 
 
 def test_the_child_returns_the_walk_of_the_fake() -> None:
-    snapshot = take_snapshot(fake_transport("8x-h100-sxm", ecc_volatile={3: 2}), timeout_s=60)
+    snapshot = take_snapshot(fake_transport("8x-h100-sxm", ecc_volatile={3: 2}), run_command, timeout_s=60)
     assert snapshot.error is None and snapshot.label == "fake:8x-h100-sxm"
     assert snapshot.gpus[3].ecc_uncorrected_volatile == 2
     in_process = walk_fake("8x-h100-sxm", ecc_volatile={3: 2})
@@ -28,7 +28,7 @@ def test_the_child_returns_the_walk_of_the_fake() -> None:
 
 def test_a_hung_gpu_becomes_one_timeout_and_the_child_is_killed() -> None:
     started = time.monotonic()
-    snapshot = take_snapshot(fake_transport("2x-h100-nvl-hung"), timeout_s=2)
+    snapshot = take_snapshot(fake_transport("2x-h100-nvl-hung"), run_command, timeout_s=2)
     elapsed = time.monotonic() - started
     assert snapshot.error is not None and snapshot.error.code == "NVML_TIMEOUT"
     assert "within 2 s" in snapshot.error.cause and snapshot.gpus == ()
@@ -36,12 +36,12 @@ def test_a_hung_gpu_becomes_one_timeout_and_the_child_is_killed() -> None:
 
 
 def test_a_hang_fault_on_any_machine_times_out_too() -> None:
-    snapshot = take_snapshot(fake_transport("8x-l40s", hang_gpus={5}), timeout_s=2)
+    snapshot = take_snapshot(fake_transport("8x-l40s", hang_gpus={5}), run_command, timeout_s=2)
     assert snapshot.error is not None and snapshot.error.code == "NVML_TIMEOUT"
 
 
 def test_the_real_library_on_this_machine() -> None:
-    snapshot = take_snapshot(REAL, timeout_s=60)
+    snapshot = take_snapshot(REAL, run_command, timeout_s=60)
     if snapshot.error is None:
         pytest.skip("an NVIDIA driver is present here; this test covers machines without one")
     assert snapshot.error.code == "NVML_LIBRARY_NOT_FOUND" and "libnvidia-ml.so.1" in snapshot.error.cause
@@ -111,7 +111,7 @@ def test_transport_arguments_round_trip_through_the_child_command_line() -> None
 
 
 def test_pcie_sample_at_idle_shows_the_trained_down_link() -> None:
-    sample = sample_pcie_links([0, 3], fake_transport("8x-l40s"), timeout_s=60)
+    sample = sample_pcie_links([0, 3], fake_transport("8x-l40s"), run_command, timeout_s=60)
     assert sample.error is None and sample.link(0) == (1, 16) and sample.link(3) == (1, 16)
     assert sample.link(5) is None
 
@@ -133,5 +133,5 @@ def test_pcie_sampler_on_a_hung_gpu_is_a_timeout() -> None:
 
 
 def test_pcie_sample_with_a_bounded_call_on_a_hung_gpu() -> None:
-    sample = sample_pcie_links([1], fake_transport("2x-h100-nvl-hung"), timeout_s=2)
+    sample = sample_pcie_links([1], fake_transport("2x-h100-nvl-hung"), run_command, timeout_s=2)
     assert sample.error is not None and sample.error.code == "NVML_TIMEOUT"

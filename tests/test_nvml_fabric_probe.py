@@ -125,6 +125,6 @@ def test_a_mig_gpu_is_read_through_its_mig_handles() -> None:
     slice_ = gpu.mig_instances[0]
     assert isinstance(slice_, MigInstance) and slice_.uuid.startswith("MIG-")
     assert slice_.name == "Fake NVIDIA A100-SXM4-80GB MIG 3g.40gb"
-    assert (slice_.memory_total, slice_.memory_used, slice_.compute_mode) == (40192 * MIB, 19 * MIB, 0)
-    assert gpu.memory_total == 81920 * MIB  # the GPU's own handle still reports the whole board
+    assert (slice_.memory_total_bytes, slice_.memory_used_bytes, slice_.compute_mode) == (40192 * MIB, 19 * MIB, 0)
+    assert gpu.memory_total_bytes == 81920 * MIB  # the GPU's own handle still reports the whole board
     assert snapshot.gpus[1].mig_instances == ()

@@ -167,7 +167,7 @@ def test_a_gpu_lost_at_its_handle_call_is_one_failed_query() -> None:
     for index in (2, 5):
         lost = snapshot.gpus[index]
         assert lost.gpu_lost and list(lost.query_errors) == ["handle"]
-        assert lost.uuid is QUERY_FAILED and lost.memory_total is QUERY_FAILED and lost.identity() is None
+        assert lost.uuid is QUERY_FAILED and lost.memory_total_bytes is QUERY_FAILED and lost.identity() is None
     assert [g.index for g in snapshot.gpus if g.gpu_lost] == [2, 5]
     assert all(p.query_errors == {} for p in snapshot.pairs if not {p.a, p.b} & {2, 5})
 
@@ -222,14 +222,14 @@ def test_a_driver_before_r450_has_no_process_list() -> None:
 def test_memory_v2_reports_the_drivers_reserve_apart() -> None:
     """smi_q/H800 (525.105.17): Reserved 516 MiB, Used 0 MiB at idle."""
     gpu = walk_fake("8x-h100-sxm").gpus[0]
-    assert (gpu.memory_total, gpu.memory_reserved, gpu.memory_used) == (81559 * MIB, 516 * MIB, 0)
+    assert (gpu.memory_total_bytes, gpu.memory_reserved_bytes, gpu.memory_used_bytes) == (81559 * MIB, 516 * MIB, 0)
 
 
 def test_memory_before_510_counts_the_reserve_as_used() -> None:
     gpu = walk_fake("8x-a100-sxm-driver470").gpus[0]
-    assert gpu.memory_reserved is NOT_SUPPORTED and gpu.memory_used == (904 + 1) * MIB
+    assert gpu.memory_reserved_bytes is NOT_SUPPORTED and gpu.memory_used_bytes == (904 + 1) * MIB
     v100 = walk_fake("8x-v100-sxm2").gpus[0]
-    assert v100.memory_reserved is NOT_SUPPORTED and v100.memory_used == 10 * MIB  # smi_q V100, driver 418.67
+    assert v100.memory_reserved_bytes is NOT_SUPPORTED and v100.memory_used_bytes == 10 * MIB  # smi_q V100, driver 418.67
 
 
 def test_memory_v2_with_a_wrong_struct_version_is_function_not_found() -> None:

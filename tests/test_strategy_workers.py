@@ -4,6 +4,7 @@ accelerator) for real, and injected faults judged as the report shows them."""
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from preflight.judge.strategies import FSDP2_CPU_MIN_TORCH, judge_strategy
 from preflight.launch.outcome import PhaseResult
 from preflight.launch.phase_results import FsdpResult, ZeroResult, parse_fsdp
 from preflight.outcome import Status
+from preflight.probe.command import run_command
 from preflight.probe.deepspeed_ops import build_ops
 from preflight.workers import phases
 
@@ -120,7 +122,7 @@ def test_a_checkpoint_that_loads_back_different_is_a_mismatch(tmp_path):
 def built_ops() -> None:
     """The rehearsal's ops built (or found) in preflight's own cache, as preflight does beside a launch;
     the ranks find the same folder from the same environment."""
-    built = build_ops(timeout_s=OP_BUILD_TIMEOUT_S)
+    built = build_ops(timeout_s=OP_BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=dict(os.environ))
     assert built.ok, built.tail()
 
 
@@ -171,7 +173,7 @@ def test_a_build_that_failed_beside_the_launch_is_raised_by_the_ranks_not_rebuil
     (bin_dir / "g++").write_text(f'#!/bin/sh\nexec /usr/bin/g++ -include {MISSING_HEADER} "$@"\n')
     (bin_dir / "g++").chmod(0o755)
     root = tmp_path / "extensions"
-    failed = build_ops(timeout_s=600, root=root, env={**os.environ, "CXX": str(bin_dir / "g++")})
+    failed = build_ops(timeout_s=600, root=root, runner=run_command, python=sys.executable, env={**os.environ, "CXX": str(bin_dir / "g++")})
     assert not failed.ok and failed.failed is not None, failed.tail()
     # the ranks run in the build's environment (the compiler is part of the folder's key)
     phase = launch_phase("preflight.workers.zero:ops_phase", nproc=2, budget_s=120, deadline_s=200,

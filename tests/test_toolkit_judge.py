@@ -23,6 +23,7 @@ from preflight.judge.toolkit import (
     judge_toolkit,
 )
 from preflight.outcome import Status, Verdict
+from preflight.probe.command import run_command
 from preflight.probe.deepspeed import DeepSpeedFacts, DeepSpeedRule
 from preflight.probe.toolkit import ToolkitFacts, probe_toolkit, probe_torch
 from tests.toolkit_fakes import capture, fake_nvcc, fake_tool, fake_toolkit, fake_torch, path_env, write_executable
@@ -68,7 +69,7 @@ def _facts(
         env["CUDA_HOME"] = str(fake_toolkit(tmp_path / f"cuda-{home}", home, headers=headers))
     version = f"2.4.1+cu{torch_cuda.replace('.', '')}" if torch_cuda else "2.13.0+cpu"
     return _no_deepspeed(probe_toolkit(
-        path_env(*folders, **env), torch_module=fake_torch(version, torch_cuda, arch="sm_80 sm_90"),
+        path_env(*folders, **env), runner=run_command, torch=probe_torch(fake_torch(version, torch_cuda, arch="sm_80 sm_90")),
         toolkit_glob=str(tmp_path / "cuda-*"), default_cuda_home=NOWHERE,
     ))
 
@@ -95,7 +96,7 @@ def test_torch_build_other_outcomes() -> None:
     _names(_status(judge_torch_build(TORCH_CPU, 0), Status.SKIP), "no NVIDIA GPU visible", "CPU build")
     _status(judge_torch_build(TORCH_124, 4), Status.PASS)
     _status(judge_torch_build(TORCH_124, None), Status.SKIP)
-    broken = dataclasses.replace(TORCH_CPU, installed=False, problem="No module named 'torch'")
+    broken = dataclasses.replace(TORCH_CPU, version=None, problem="No module named 'torch'")
     _status(judge_torch_build(broken, 2), Status.FAIL, "TORCH_NOT_IMPORTABLE")
 
 
@@ -208,7 +209,7 @@ def test_toolkit_without_headers_points_at_installed_tree(tmp_path: Path) -> Non
     fake_toolkit(tmp_path / "cuda-12.4", "12.4")
     write_executable(tmp_path / "wrapper" / "bin" / "nvcc", f"exec '{tmp_path / 'cuda-12.4' / 'bin' / 'nvcc'}' \"$@\"\n")
     facts = _no_deepspeed(probe_toolkit(
-        path_env(tmp_path / "wrapper" / "bin"), torch_module=fake_torch("2.4.1+cu124", "12.4"),
+        path_env(tmp_path / "wrapper" / "bin"), runner=run_command, torch=probe_torch(fake_torch("2.4.1+cu124", "12.4")),
         toolkit_glob=str(tmp_path / "cuda-*"), default_cuda_home=NOWHERE,
     ))
     _status(judge_toolkit(facts), Status.SKIP)
@@ -273,7 +274,7 @@ def test_cuda_home_and_path_agree(tmp_path: Path) -> None:
     _status(judge_cuda_home_vs_path(_facts(tmp_path / "home-only", home="12.1")), Status.PASS)
     stray = tmp_path / "stray"
     fake_nvcc(stray, capture("12.4"))  # an nvcc not inside a <root>/bin folder
-    facts = probe_toolkit(path_env(stray), torch_module=fake_torch("2.4.1", "12.4"), toolkit_glob=NOWHERE,
+    facts = probe_toolkit(path_env(stray), runner=run_command, torch=probe_torch(fake_torch("2.4.1", "12.4")), toolkit_glob=NOWHERE,
                           default_cuda_home=NOWHERE)
     verdict = _status(judge_cuda_home_vs_path(facts), Status.WARN, "CUDA_HOME_PATH_DISAGREE")
     _names(verdict, str(tmp_path), "has no bin/nvcc", "12.4")
@@ -477,7 +478,7 @@ def test_major_mismatch_reported_before_missing_headers(tmp_path: Path) -> None:
     fake_toolkit(tmp_path / "cuda-12.8", "12.8")
     root = fake_toolkit(tmp_path / "wrapped", "13.0", headers=False)
     facts = probe_toolkit(
-        path_env(root / "bin"), torch_module=fake_torch("2.9.0+cu128", "12.8"),
+        path_env(root / "bin"), runner=run_command, torch=probe_torch(fake_torch("2.9.0+cu128", "12.8")),
         toolkit_glob=str(tmp_path / "cuda-*"), default_cuda_home=NOWHERE,
     )
     verdict = _status(judge_toolkit(_no_deepspeed(facts), ("deepspeed",)), Status.WARN, "TOOLKIT_MAJOR_MISMATCH")

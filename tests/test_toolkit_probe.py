@@ -75,7 +75,7 @@ def test_resolve_cuda_home_default_and_none() -> None:
 @pytest.mark.parametrize("path", CAPTURES, ids=[p.name for p in CAPTURES])
 def test_probe_nvcc_reads_every_capture(path: Path, tmp_path: Path) -> None:
     nvcc = fake_nvcc(tmp_path / "bin", path)
-    probe = probe_nvcc(str(nvcc))
+    probe = probe_nvcc(str(nvcc), run_command)
     assert probe.problem is None
     assert probe.version is not None
     assert path.name.startswith(f"nvcc-{probe.version.release_text}-V{probe.version.full_text}")
@@ -86,10 +86,10 @@ def test_probe_nvcc_failures_are_values(tmp_path: Path) -> None:
     broken = write_executable(tmp_path / "a" / "nvcc", "echo 'libcudart.so: cannot open shared object' >&2\nexit 127\n")
     garbage = write_executable(tmp_path / "b" / "nvcc", "echo 'hello'\n")
     slow = write_executable(tmp_path / "c" / "nvcc", "sleep 5\n")
-    assert "exit code 127" in (probe_nvcc(str(broken)).problem or "")
-    assert "no 'Cuda compilation tools" in (probe_nvcc(str(garbage)).problem or "")
-    assert "no answer within" in (probe_nvcc(str(slow), timeout_s=0.3).problem or "")
-    assert "does not exist" in (probe_nvcc(str(tmp_path / "missing" / "nvcc")).problem or "")
+    assert "exit code 127" in (probe_nvcc(str(broken), run_command).problem or "")
+    assert "no 'Cuda compilation tools" in (probe_nvcc(str(garbage), run_command).problem or "")
+    assert "no answer within" in (probe_nvcc(str(slow), run_command, timeout_s=0.3).problem or "")
+    assert "does not exist" in (probe_nvcc(str(tmp_path / "missing" / "nvcc"), run_command).problem or "")
 
 
 def test_every_nvcc_on_path_in_order(tmp_path: Path) -> None:
@@ -104,7 +104,7 @@ def test_cuda_home_tree_and_path_nvcc(tmp_path: Path) -> None:
     home = fake_toolkit(tmp_path / "cuda-12.4", "12.4")
     fake_nvcc(tmp_path / "bin", capture("11.8"))
     env = path_env(tmp_path / "bin", CUDA_HOME=str(home))
-    facts = probe_toolkit(env, torch_module=fake_torch("2.4.1+cu124", "12.4"), toolkit_glob=NOWHERE)
+    facts = probe_toolkit(env, runner=run_command, torch=probe_torch(fake_torch("2.4.1+cu124", "12.4")), toolkit_glob=NOWHERE)
     assert facts.cuda_home.path == str(home)
     assert facts.cuda_home.source == "env CUDA_HOME"
     assert facts.cuda_home.has_headers
@@ -116,7 +116,7 @@ def test_cuda_home_tree_and_path_nvcc(tmp_path: Path) -> None:
 
 def test_cuda_home_derived_from_path(tmp_path: Path) -> None:
     root = fake_toolkit(tmp_path / "cuda-12.1", "12.1", headers=False)
-    facts = probe_toolkit(path_env(root / "bin"), torch_module=fake_torch("2.3.0+cu121", "12.1"), toolkit_glob=NOWHERE)
+    facts = probe_toolkit(path_env(root / "bin"), runner=run_command, torch=probe_torch(fake_torch("2.3.0+cu121", "12.1")), toolkit_glob=NOWHERE)
     assert facts.cuda_home.path == str(root)
     assert facts.cuda_home.source == f"derived from the first nvcc on PATH, {root / 'bin' / 'nvcc'}"
     assert not facts.cuda_home.has_headers
@@ -125,7 +125,7 @@ def test_cuda_home_derived_from_path(tmp_path: Path) -> None:
 def test_no_toolkit_anywhere(tmp_path: Path) -> None:
     (tmp_path / "bin").mkdir()
     facts = probe_toolkit(
-        path_env(tmp_path / "bin"), torch_module=fake_torch("2.4.1+cu124", "12.4"),
+        path_env(tmp_path / "bin"), runner=run_command, torch=probe_torch(fake_torch("2.4.1+cu124", "12.4")),
         toolkit_glob=NOWHERE, default_cuda_home=NOWHERE,
     )
     assert facts.cuda_home.path is None and facts.cuda_home.nvcc is None
@@ -143,7 +143,7 @@ def test_other_toolkits_found_once_and_each_nvcc_runs_once(tmp_path: Path) -> No
         return run_command(argv, timeout_s, env)
 
     env = path_env(tmp_path / "cuda" / "bin", CUDA_HOME=str(tmp_path / "cuda"))
-    facts = probe_toolkit(env, runner=counting, torch_module=fake_torch("2.4.1", "12.4"), toolkit_glob=str(tmp_path / "cuda*"))
+    facts = probe_toolkit(env, runner=counting, torch=probe_torch(fake_torch("2.4.1", "12.4")), toolkit_glob=str(tmp_path / "cuda*"))
     releases = sorted(p.version.release_text for p in facts.other_toolkits if p.version)
     assert releases == ["12.1"]
     nvcc_calls = [call for call in calls if call.endswith("nvcc")]
@@ -188,7 +188,7 @@ def test_ninja_and_compiler(tmp_path: Path) -> None:
     env = path_env(bin_dir)
     ninja = probe_tool("ninja", ("ninja",), "PATH", env, run_command)
     assert ninja.found and ninja.version == "1.11.1"
-    compiler = probe_compiler(env)
+    compiler = probe_compiler(env, run_command)
     assert compiler.found and compiler.version == "c++ (GCC) 12.2.0" and compiler.source == "default c++"
 
 
@@ -196,9 +196,9 @@ def test_cxx_env_and_missing_default(tmp_path: Path) -> None:
     bin_dir = tmp_path / "bin"
     custom = fake_tool(bin_dir, "my-clang++", "clang version 17.0.6")
     fake_tool(bin_dir, "g++", "g++ (GCC) 12.2.0")
-    with_cxx = probe_compiler(path_env(bin_dir, CXX=f"{custom} -fno-lto"))
+    with_cxx = probe_compiler(path_env(bin_dir, CXX=f"{custom} -fno-lto"), run_command)
     assert with_cxx.found and with_cxx.source == "CXX" and with_cxx.command[1:] == ("-fno-lto",)
-    default = probe_compiler(path_env(bin_dir))
+    default = probe_compiler(path_env(bin_dir), run_command)
     assert not default.found and default.problem == "c++: not found on PATH"
     assert default.alternatives == ("g++",)
     assert not probe_tool("ninja", ("ninja",), "PATH", path_env(bin_dir), run_command).found
@@ -279,13 +279,14 @@ def test_probe_deepspeed_absent_and_skip_spelling(tmp_path: Path, monkeypatch: p
     assert "builder.py not found" in (missing_rule.rule_problem or "")
 
 
-def test_probe_reads_the_process_environment(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_probe_reads_the_job_environment_not_preflights(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The probe reads the environment it is handed (the node's ``env``), never preflight's own."""
     fake_nvcc(tmp_path / "bin", capture("12.8"))
     home = fake_toolkit(tmp_path / "cuda-12.1", "12.1")
-    monkeypatch.setenv("PATH", str(tmp_path / "bin"))
-    monkeypatch.setenv("CUDA_HOME", str(home))
-    monkeypatch.setenv("DS_SKIP_CUDA_CHECK", "1")
-    facts = probe_toolkit(torch_module=fake_torch("2.7.0+cu128", "12.8"), toolkit_glob=NOWHERE)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path / "elsewhere"))
+    monkeypatch.delenv("DS_SKIP_CUDA_CHECK", raising=False)
+    job = {"PATH": str(tmp_path / "bin"), "CUDA_HOME": str(home), "DS_SKIP_CUDA_CHECK": "1"}
+    facts = probe_toolkit(job, runner=run_command, torch=probe_torch(fake_torch("2.7.0+cu128", "12.8")), toolkit_glob=NOWHERE)
     assert facts.first_nvcc is not None and facts.first_nvcc.path == str(tmp_path / "bin" / "nvcc")
     assert facts.cuda_home.path == str(home) and facts.cuda_home.nvcc is not None
     assert facts.deepspeed.skip_cuda_check == "1"

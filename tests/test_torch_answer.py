@@ -15,7 +15,6 @@ from preflight.judge.cuda_runtime import judge_torch_build
 from preflight.node.torch import JobTorchAnswer, read_job_torch, torch_probe_argv
 from preflight.node.transports import Transports
 from preflight.outcome import Status
-from preflight.probe.toolkit import torch_facts_of
 from preflight.workers.rehearsal import answer_torch
 from tests.fakes.fake_torch import cuda_answer
 
@@ -76,7 +75,7 @@ def test_an_interpreter_that_prints_junk_is_named_not_told_to_install_torch(tmp_
     found = read_job_torch(Transports(python=python), timeout_s=30)
     assert not found.installed and not found.answered
     assert found.problem is not None and python in found.problem and "{not json" in found.problem
-    verdict = judge_torch_build(torch_facts_of(found), 0)
+    verdict = judge_torch_build(found, 0)
     assert (verdict.status, verdict.code) == (Status.FAIL, "JOB_PYTHON_UNUSABLE")
     assert "pip install" not in (verdict.remediation or "") and python in (verdict.remediation or "")
 

@@ -20,9 +20,9 @@ from preflight.judge.cuda_tables import (
     wheel_for_driver,
 )
 from preflight.node.cuda import CudaFacts, DriverFacts, GpuCapability, cuda_from_nvml
+from preflight.node.torch import JobTorch
 from preflight.outcome import Verdict, fail, passed, skip, warn
 from preflight.probe.nvml_snapshot import GpuInfo
-from preflight.probe.toolkit import TorchFacts
 
 TORCH_INDEX = "https://download.pytorch.org/whl"
 __all__ = ["DriverFacts", "GpuCapability", "cuda_from_nvml", "judge_driver_for_torch", "judge_gpu_arch",
@@ -33,11 +33,11 @@ def _release(release: tuple[int, int]) -> str:
     return f"{release[0]}.{release[1]}"
 
 
-def _base_version(torch: TorchFacts) -> str:
+def _base_version(torch: JobTorch) -> str:
     return (torch.version or "").split("+")[0]
 
 
-def _reinstall(torch: TorchFacts, release: tuple[int, int] | None, why: str) -> str:
+def _reinstall(torch: JobTorch, release: tuple[int, int] | None, why: str) -> str:
     if release is None:
         return f"Install a torch build that {why}; see https://pytorch.org/get-started/locally/."
     return (
@@ -46,7 +46,7 @@ def _reinstall(torch: TorchFacts, release: tuple[int, int] | None, why: str) -> 
     )
 
 
-def judge_torch_build(torch: TorchFacts, gpu_count: int | None, driver: DriverFacts | None = None) -> Verdict:
+def judge_torch_build(torch: JobTorch, gpu_count: int | None, driver: DriverFacts | None = None) -> Verdict:
     """A CPU-only (or ROCm) torch on a node with NVIDIA GPUs cannot use them: FAIL."""
     if not torch.installed and not torch.answered:
         return fail("JOB_PYTHON_UNUSABLE", str(torch.problem),
@@ -74,7 +74,7 @@ def judge_torch_build(torch: TorchFacts, gpu_count: int | None, driver: DriverFa
     )
 
 
-def judge_driver_for_torch(torch: TorchFacts, driver: DriverFacts, gpu_count: int | None) -> Verdict:
+def judge_driver_for_torch(torch: JobTorch, driver: DriverFacts, gpu_count: int | None) -> Verdict:
     """torch's CUDA needs the driver's CUDA to be at least as new, or a driver that qualifies for
     minor version compatibility within the same major (CUDA 11 on)."""
     if gpu_count == 0:
@@ -125,7 +125,7 @@ def _safe_version(text: str | None) -> tuple[int, ...] | None:
         return None
 
 
-def judge_gpu_arch(torch: TorchFacts, gpu: GpuCapability, driver: DriverFacts | None = None) -> Verdict:
+def judge_gpu_arch(torch: JobTorch, gpu: GpuCapability, driver: DriverFacts | None = None) -> Verdict:
     """torch must carry a cubin for the GPU's capability, or PTX the driver can JIT for it."""
     label = f"GPU{gpu.index} {gpu.name} ({gpu.sm}, compute capability {_release(gpu.capability)})"
     if not torch.is_cuda_build:
@@ -171,7 +171,7 @@ def judge_gpu_arch(torch: TorchFacts, gpu: GpuCapability, driver: DriverFacts | 
     )
 
 
-def judge_job_gpu_arch(torch: TorchFacts, gpu: GpuInfo, cuda: CudaFacts) -> Verdict:
+def judge_job_gpu_arch(torch: JobTorch, gpu: GpuInfo, cuda: CudaFacts) -> Verdict:
     """:func:`judge_gpu_arch` for one of the job's GPUs, or SKIP saying why its capability is not known
     (a lost GPU is one finding, the NVML check's)."""
     capability = cuda.capability(gpu.index)

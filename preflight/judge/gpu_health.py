@@ -130,14 +130,14 @@ def judge_gpu_responds(gpu: GpuInfo) -> Verdict:
 def judge_gpu_busy(gpu: GpuInfo, own_pids: Collection[int] = (), fail_fraction: float = BUSY_FAIL_FRACTION) -> Verdict:
     """No other process holds memory on the GPU (WARN small holders, FAIL at ``fail_fraction``).
 
-    The driver's own reserve is never "another process": it is reported apart (``memory_reserved``)
+    The driver's own reserve is never "another process": it is reported apart (``memory_reserved_bytes``)
     by drivers 510+, and with an older driver, whose "used" includes it, up to
     :data:`DRIVER_RESERVE_BOUND` of the GPU is set aside before judging.
     """
     failed = _query_failed(gpu, "memory", "processes")
     if failed:
         return failed
-    total, used, reserved = gpu.memory_total, gpu.memory_used, gpu.memory_reserved
+    total, used, reserved = gpu.memory_total_bytes, gpu.memory_used_bytes, gpu.memory_reserved_bytes
     if isinstance(total, Absent) or isinstance(used, Absent):
         return skip(f"{gpu.label}: memory use is not reported here")
     if isinstance(reserved, int):
@@ -153,7 +153,8 @@ def judge_gpu_busy(gpu: GpuInfo, own_pids: Collection[int] = (), fail_fraction: 
                     "use it at all (see test_gpu_compute_mode); " + share)
     if others:
         listed = ", ".join(
-            f"pid {p.pid} ({'?' if p.used_memory is None else f'{p.used_memory // MIB:,}'} MiB)" for p in others
+            f"pid {p.pid} ({'?' if p.used_memory_bytes is None else f'{p.used_memory_bytes // MIB:,}'} MiB)"
+            for p in others
         )
         return act(
             "GPU_IN_USE",
@@ -249,7 +250,7 @@ def judge_mig(gpu: GpuInfo, devices: Sequence[CudaDevice] = (), ranks: int = 1) 
     )
     if gpu.mig_enabled:
         mine = next((d for d in devices if d.index == gpu.index), CudaDevice(gpu))
-        memory = mine.memory_total
+        memory = mine.memory_total_bytes
         size = f", {memory // MIB:,} MiB" if isinstance(memory, int) else ""
         slices = 0 if isinstance(gpu.mig_devices, Absent) else len(gpu.mig_devices)
         seen = f"{mine.name}{size}" + ("" if mine.certain else ", which slice CUDA picks is not documented")
@@ -385,7 +386,7 @@ def judge_gpu_models(gpus: Sequence[GpuInfo]) -> Verdict:
         return skip(f"no GPU to compare{aside}")
     groups: dict[tuple[str, int | str], list[int]] = {}
     for gpu in known:
-        memory = gpu.memory_total if isinstance(gpu.memory_total, int) else str(gpu.memory_total)
+        memory = gpu.memory_total_bytes if isinstance(gpu.memory_total_bytes, int) else str(gpu.memory_total_bytes)
         groups.setdefault((str(gpu.name), memory), []).append(gpu.index)
     if len(groups) == 1:
         (name, memory), indices = next(iter(groups.items()))

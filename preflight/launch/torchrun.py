@@ -424,10 +424,20 @@ def _script_rank(run_dir: Path, rank: int, exitcode: int | None, root: int | Non
     return RankOutcome(rank, "crashed", error=how, exitcode=exitcode, log_tail=tail, log_path=str(log_path))
 
 
+def inherited_environment() -> dict[str, str]:
+    """What a launch (and the op build its ranks load from) inherits: preflight's own process environment.
+
+    The one place a launch reads ``os.environ``: torchrun and its ranks are real processes started from
+    preflight's process, whatever environment a test hands the node model (``Transports.environ`` is this
+    same environment in a real run); the op build must see what the ranks see, or they look for its
+    folder elsewhere (``deepspeed_ops.extensions_root``, ``op_cache.identity``)."""
+    return dict(os.environ)
+
+
 def _environment(overrides: Mapping[str, str | None], run_dir: Path, deadline_s: float, *, backend: str | None,
                  pg_timeout_s: float | None) -> dict[str, str]:
     """The inherited environment with a launch's overrides (``None`` removes) and preflight's own variables."""
-    env = dict(os.environ)
+    env = inherited_environment()
     for key, value in overrides.items():
         if value is None:
             env.pop(key, None)

@@ -18,6 +18,8 @@ on first use:
 - :attr:`Node.fabric`: how the GPUs are linked, from NVML's remote device types and fabric states and
   the NVSwitches on the PCI bus (:mod:`preflight.node.fabric`), and :attr:`Node.job_layout`;
 - :attr:`Node.cuda`: the driver and the job's compute capabilities (:mod:`preflight.node.cuda`);
+- :attr:`Node.toolkit`: torch's CUDA build, the CUDA toolkit, ninja, the compiler and DeepSpeed
+  (:mod:`preflight.probe.toolkit`), from the job's environment (:attr:`Node.env`) and torch;
 - :meth:`Node.smi_topology`: ``nvidia-smi topo -m`` through the command transport, with a short deadline
   once NVML has hung (the same driver answers both).
 """
@@ -26,7 +28,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -34,6 +36,7 @@ from typing import Any, Generic, TypeVar
 
 from preflight.node.cuda import CudaFacts, cuda_facts
 from preflight.node.devices import CudaDevice, job_devices
+from preflight.node.environment import JobEnvironment
 from preflight.node.fabric import Fabric, JobTopology, Layout, fabric_from, job_topology
 from preflight.node.host import HostFacts
 from preflight.node.torch import JobTorch, JobTorchAnswer
@@ -53,6 +56,7 @@ from preflight.parse.visible_devices import (
 from preflight.probe.nvml_probe import NVML_TIMEOUT_S, probe_failed_error, take_snapshot
 from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
 from preflight.probe.pci import PciGpus, nvidia_gpus_on_pci
+from preflight.probe import toolkit as toolkit_probe  # a module: it imports node.torch, which imports us
 from preflight.probe.topology import SMI_TIMEOUT_S, SmiTopology, read_smi_topology
 from preflight.waits import waiting
 
@@ -157,6 +161,8 @@ class Node:
     def __init__(self, transports: Transports, *, nproc: int | None, cpu: bool = False,
                  nvml_timeout_s: Callable[[], float] = lambda: NVML_TIMEOUT_S) -> None:
         self.transports = transports
+        self.env = JobEnvironment(dict(transports.environ))
+        """The environment the job inherits (``Transports.environ``), read once."""
         self.nproc = nproc
         self.cpu_rehearsal = cpu
         self._torch = JobTorchAnswer(transports)  # asked by the launch's rank 0, else by the probe child
@@ -196,16 +202,6 @@ class Node:
 
     # -- what the job sees ----------------------------------------------------------------------------
 
-    @property
-    def visible_raw(self) -> str | None:
-        """``CUDA_VISIBLE_DEVICES`` as the job inherits it."""
-        return self.transports.environ.get(VISIBLE_DEVICES_VAR)
-
-    @property
-    def order_raw(self) -> str | None:
-        """``CUDA_DEVICE_ORDER`` as the job inherits it."""
-        return self.transports.environ.get(DEVICE_ORDER_VAR)
-
     @cached_property
     def identities(self) -> tuple[GpuIdentity, ...]:
         """What visible-device resolution needs of each GPU NVML could identify."""
@@ -217,10 +213,10 @@ class Node:
         if not self.nvml.gpus:
             return None
         try:
-            order = parse_device_order(self.order_raw)
+            order = parse_device_order(self.env.device_order)
         except VisibleDevicesError:
             order = DeviceOrder.FASTEST_FIRST  # the order check reports the bad value
-        return resolve_visible_devices(parse_visible_devices(self.visible_raw), self.identities, order)
+        return resolve_visible_devices(parse_visible_devices(self.env.visible_devices), self.identities, order)
 
     @cached_property
     def visible_gpus(self) -> tuple[GpuInfo, ...]:
@@ -281,12 +277,7 @@ class Node:
     @cached_property
     def host(self) -> HostFacts:
         """The host's facts (shared memory, CPUs, RAM, processes, session, ...), each probed once."""
-        return HostFacts(self.transports)
-
-    @property
-    def environ(self) -> Mapping[str, str]:
-        """The environment the job inherits."""
-        return self.transports.environ
+        return HostFacts(self.transports, self.env)
 
     @cached_property
     def pci_gpus(self) -> PciGpus:
@@ -317,6 +308,16 @@ class Node:
     def cuda(self) -> CudaFacts:
         """The driver and the compute capability of each of the job's GPUs."""
         return cuda_facts(self.nvml, self.job_gpus if self.nvml.gpus else ())
+
+    @cached_property
+    def toolkit(self) -> toolkit_probe.ToolkitFacts:
+        """torch's CUDA build (the job's torch), the toolkit a JIT build would use (``CUDA_HOME``, ``nvcc`` on
+        the job's PATH, ``/usr/local/cuda*`` under the filesystem root), ninja, the compiler and the job's
+        DeepSpeed: every ``nvcc``/tool asked through the command runner."""
+        root = self.transports.root
+        return toolkit_probe.probe_toolkit(
+            self.env, runner=self.transports.run, torch=self.torch, toolkit_glob=str(root / toolkit_probe.TOOLKIT_GLOB),
+            default_cuda_home=str(root / toolkit_probe.DEFAULT_CUDA_HOME))
 
     @property
     def nvml_hung(self) -> bool:
@@ -361,8 +362,8 @@ class Node:
             **snapshot.as_dict(),
             "error": None if snapshot.error is None else f"{snapshot.error.code}: {snapshot.error.cause}",
             "nvml_walk_s": round(snapshot.duration_s, 3),
-            VISIBLE_DEVICES_VAR: self.visible_raw,
-            DEVICE_ORDER_VAR: self.order_raw,
+            VISIBLE_DEVICES_VAR: self.env.visible_devices,
+            DEVICE_ORDER_VAR: self.env.device_order,
             "job_sees": visible.describe() if visible else "no GPU",
             "gpus": [{"cuda_index": cuda_index.get(g.index), **g.as_dict()} for g in self.job_gpus],
             "not_used_by_the_job": [g.index for g in snapshot.gpus if g not in self.job_gpus],

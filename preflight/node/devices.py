@@ -55,18 +55,19 @@ class CudaDevice:
         return str(self.gpu.name)
 
     @property
-    def memory_total(self) -> int | Absent:
+    def memory_total_bytes(self) -> int | Absent:
         """Bytes the rank can address: the slice's on a MIG GPU."""
         if self.is_mig:
-            return self.mig.memory_total if self.mig is not None else Absent.NOT_SUPPORTED
-        return self.gpu.memory_total
+            return self.mig.memory_total_bytes if self.mig is not None else Absent.NOT_SUPPORTED
+        return self.gpu.memory_total_bytes
 
     @property
-    def memory_taken(self) -> int:
+    def memory_taken_bytes(self) -> int:
         """Bytes already taken: used plus the driver's reserve (a slice reports its own use)."""
         if self.is_mig:
-            return self.mig.memory_used if self.mig is not None and isinstance(self.mig.memory_used, int) else 0
-        return sum(v for v in (self.gpu.memory_used, self.gpu.memory_reserved) if isinstance(v, int))
+            used = self.mig.memory_used_bytes if self.mig is not None else 0
+            return used if isinstance(used, int) else 0
+        return sum(v for v in (self.gpu.memory_used_bytes, self.gpu.memory_reserved_bytes) if isinstance(v, int))
 
     def describe(self) -> str:
         """``GPU 0 (MIG 3g.40gb slice)`` or ``GPU 3``."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
+from preflight.node.environment import JobEnvironment
 from preflight.node.transports import Transports
 from preflight.probe.host import (
     ContainerFacts,
@@ -36,20 +37,27 @@ from preflight.probe.host_processes import (
     training_processes,
 )
 from preflight.probe.host_session import SessionFacts, probe_session
+from preflight.probe.node import HostIdentity, probe_identity
 
 
 class HostFacts:
-    """The host's facts (shared memory, container, locked memory, CPUs and RAM, processes, session, the
-    rendezvous port, IOMMU/ACS, disk), each probed on first use."""
+    """The host's facts (its identity, shared memory, container, locked memory, CPUs and RAM, processes,
+    session, the rendezvous port, IOMMU/ACS, disk), each probed on first use."""
 
-    def __init__(self, transports: Transports) -> None:
+    def __init__(self, transports: Transports, env: JobEnvironment) -> None:
         self.transports = transports
+        self.env = env
         self.root = transports.root
+
+    @cached_property
+    def identity(self) -> HostIdentity:
+        """Hostname, OS, kernel, CPU, memory and Python: the report's ``node`` headline."""
+        return probe_identity(self.root)
 
     @cached_property
     def container(self) -> ContainerFacts:
         """Are we in a container, which kind, and why we think so."""
-        return probe_container(self.root, self.transports.environ)
+        return probe_container(self.root, self.env)
 
     @cached_property
     def shm(self) -> ShmFacts:
@@ -76,7 +84,7 @@ class HostFacts:
     @cached_property
     def session(self) -> SessionFacts:
         """How this shell is attached: SSH, tmux/screen, nohup, scheduler."""
-        return probe_session(env=self.transports.environ, processes=lambda: self.processes,
+        return probe_session(env=self.env, processes=lambda: self.processes,
                              proc_root=self.root / "proc")
 
     @cached_property

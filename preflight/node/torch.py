@@ -79,6 +79,32 @@ class JobTorch:
         """GPUs a ``--nproc-per-node=gpu`` launch would start ranks for (0 on a CPU build)."""
         return (self.device_count or 0) if self.is_cuda_build else 0
 
+    @property
+    def cuda_release(self) -> tuple[int, int] | None:
+        """``(12, 4)`` from ``torch.version.cuda == "12.4"``; None on CPU/ROCm builds."""
+        if self.cuda is None:
+            return None
+        parts = self.cuda.split(".")
+        try:
+            return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
+        except ValueError:
+            return None
+
+    @property
+    def nccl_wheels(self) -> dict[str, str]:
+        """The ``nvidia-nccl*`` wheels installed beside torch (the NCCL a pip torch loads)."""
+        return {name: version for name, version in self.wheels.items() if name.startswith("nvidia-nccl")}
+
+    def describe(self) -> str:
+        """``torch 2.4.1+cu124 (CUDA 12.4)`` or ``torch 2.13.0+cpu (CPU build)``."""
+        if not self.installed:
+            return "torch not importable"
+        if self.cuda:
+            return f"torch {self.version} (CUDA {self.cuda})"
+        if self.hip:
+            return f"torch {self.version} (ROCm/HIP {self.hip} build)"
+        return f"torch {self.version} (CPU build, torch.version.cuda is None)"
+
     def as_dict(self) -> dict[str, Any]:
         """Plain JSON for the report."""
         return {"python": self.python, "python_version": self.python_version, "version": self.version,

@@ -23,7 +23,6 @@ import fcntl
 import glob
 import json
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -34,7 +33,7 @@ from typing import Any
 
 from preflight.locations import cache_folder
 from preflight.probe import op_cache
-from preflight.probe.command import CommandRunner, run_command
+from preflight.probe.command import CommandRunner
 from preflight.probe.job_python import script_argv
 from preflight.waits import waiting
 
@@ -60,12 +59,11 @@ ZERO_BUILDERS: tuple[dict[str, Any], ...] = (
 """The ops ``deepspeed.initialize`` loads for the rehearsal's config, in the order it loads them."""
 
 
-def extensions_root(env: Mapping[str, str] | None = None) -> Path:
+def extensions_root(env: Mapping[str, str]) -> Path:
     """``$PREFLIGHT_TORCH_EXTENSIONS_DIR``, else ``$XDG_CACHE_HOME/preflight/torch_extensions`` (default
     ``~/.cache/preflight/torch_extensions``): never the user's own ``~/.cache/torch_extensions``. A default
     that cannot be written (a read-only HOME, HOME a file) is replaced by ``<tmp>/preflight-<uid>/
     torch_extensions`` (``locations.cache_folder``; the ranks reach the same answer from the same environment)."""
-    env = os.environ if env is None else env
     if env.get(EXTENSIONS_DIR_ENV):
         return Path(env[EXTENSIONS_DIR_ENV]).expanduser()
     cache = env.get("XDG_CACHE_HOME") or os.path.join(env.get("HOME") or os.path.expanduser("~"), ".cache")
@@ -175,8 +173,7 @@ def _op(fact: Mapping[str, Any]) -> OpLoad:
 
 def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_s: float = DEFAULT_TIMEOUT_S,
               root: Path | None = None, directory: Path | None = None, jit: bool = False,
-              runner: CommandRunner = run_command, python: str = sys.executable,
-              env: Mapping[str, str] | None = None, cpu_info: Path | None = None) -> OpBuild:
+              runner: CommandRunner, python: str, env: Mapping[str, str], cpu_info: Path | None = None) -> OpBuild:
     """Load (building when needed) ``builders`` in a child interpreter under ``timeout_s``; never raises.
     The build this environment left, when it verifies, answers without a child (:func:`cached_build`).
 
@@ -187,7 +184,7 @@ def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_
     (:func:`~preflight.probe.op_build_child.share_cpu_info`). The child holds the folder's own lock
     (``<folder>/preflight.lock``) exclusively while it builds there; ranks load holding it shared.
     """
-    base = dict(os.environ if env is None else env)
+    base = dict(env)
     top = root or extensions_root(base)
     if directory is None and not jit:
         cached = cached_build(python, base, top, timeout_s)
@@ -302,13 +299,12 @@ class BackgroundOpBuild:
     this build rather than compile under their own deadline; a build of another folder, by another
     preflight in another environment, never holds them up. :meth:`result` waits for it."""
 
-    def __init__(self, timeout_s: float, *, root: Path | None = None, env: Mapping[str, str] | None = None,
-                 runner: CommandRunner = run_command, python: str = sys.executable,
-                 cpu_info: Path | None = None, run_lock: Path | None = None) -> None:
+    def __init__(self, timeout_s: float, *, env: Mapping[str, str], runner: CommandRunner, python: str,
+                 root: Path | None = None, cpu_info: Path | None = None, run_lock: Path | None = None) -> None:
         self.timeout_s = timeout_s
         self.cpu_info = cpu_info
         self.run_lock = run_lock
-        self.env = dict(os.environ if env is None else env)
+        self.env = dict(env)
         self.root = root or extensions_root(self.env)
         self.runner = runner
         self.python = python
@@ -353,8 +349,7 @@ class BackgroundOpBuild:
 
 
 def fresh_jit_build(builder: str = "FusedAdamBuilder", timeout_s: float = DEFAULT_TIMEOUT_S, *,
-                    runner: CommandRunner = run_command, python: str = sys.executable,
-                    env: Mapping[str, str] | None = None) -> OpBuild:
+                    runner: CommandRunner, python: str, env: Mapping[str, str]) -> OpBuild:
     """Build one op from scratch with ``jit_load`` in a temporary directory (removed afterwards), so no
     cached or pre-built op can hide a broken toolkit: the ``--slow`` check."""
     with tempfile.TemporaryDirectory(prefix="preflight-jit-") as scratch:

@@ -35,15 +35,15 @@ class GpuMemorySource:
 
 def from_inventory(snapshot: NvmlSnapshot, devices: Sequence[CudaDevice]) -> GpuMemorySource:
     """The memory of ``devices`` (the job's, from the run's NVML snapshot). Memory the driver keeps
-    (``memory_reserved``) is as unavailable to the job as memory in use; a MIG slice has its own figures."""
+    (``memory_reserved_bytes``) is as unavailable to the job as memory in use; a MIG slice has its own figures."""
     found: list[GpuMemory] = []
     for device in devices:
         if device.gpu.gpu_lost:
             return GpuMemorySource((), "gpu inventory", f"GPU {device.index} is lost: its memory cannot be read")
-        total = device.memory_total
+        total = device.memory_total_bytes
         if isinstance(total, Absent):
             return GpuMemorySource((), "gpu inventory", f"GPU {device.index} memory is unknown ({total})")
-        found.append(GpuMemory(device.index, device.name, total, device.memory_taken))
+        found.append(GpuMemory(device.index, device.name, total, device.memory_taken_bytes))
     if not found:
         cause = snapshot.error.cause if snapshot.error is not None else "the job uses no GPU NVML lists"
         return GpuMemorySource((), "gpu inventory", f"no NVIDIA GPU visible: {cause}")

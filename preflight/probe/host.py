@@ -102,9 +102,9 @@ def probe_shm(path: str = "/dev/shm", statvfs: StatVfs = os.statvfs) -> ShmFacts
     return ShmFacts(path, stats.f_blocks * stats.f_frsize, stats.f_bavail * stats.f_frsize)
 
 
-def probe_container(root: Path = ROOT, env: Mapping[str, str] | None = None) -> ContainerFacts:
-    """Container detection from ``/.dockerenv``, ``/run/.containerenv``, ``/proc/1/cgroup`` and env."""
-    env = os.environ if env is None else env
+def probe_container(root: Path, env: Mapping[str, str]) -> ContainerFacts:
+    """Container detection from ``/.dockerenv``, ``/run/.containerenv``, ``/proc/1/cgroup`` and the job's
+    environment (``container=``, ``KUBERNETES_SERVICE_HOST``)."""
     evidence: list[str] = []
     kinds: list[str] = []
     if (root / ".dockerenv").exists():

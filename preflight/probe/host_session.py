@@ -63,14 +63,14 @@ class SessionFacts:
 
 
 def probe_session(
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str],
     processes: Callable[[], Sequence[ProcessInfo]] = list_processes,
     own_pid: int | None = None,
     sighup_handler: Callable[[], object] | None = None,
     proc_root: Path = Path("/proc"),
 ) -> SessionFacts:
-    """Session variables, the parent chain, SIGHUP disposition and the controlling terminal."""
-    env = os.environ if env is None else env
+    """Session variables (of the job's environment), the parent chain, SIGHUP disposition and the
+    controlling terminal."""
     pid = os.getpid() if own_pid is None else own_pid
     try:
         parents = tuple(ancestors(pid, processes()))

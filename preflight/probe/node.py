@@ -1,10 +1,16 @@
-"""Facts about the host every report carries: who, what OS, which Python and torch."""
+"""Facts about the host every report carries: who, what OS, which CPU, memory and Python.
+
+The files are read under the node's filesystem root (``Transports.root``: ``/proc/cpuinfo``,
+``/etc/os-release``); the kernel, hostname, CPU count and memory are what this process's own system
+calls say (uname, gethostname, sched/sysconf, sysinfo), which a directory tree cannot carry.
+"""
 
 from __future__ import annotations
 
 import os
 import platform
 import socket
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -33,16 +39,35 @@ def os_name(os_release: Path = Path("/etc/os-release")) -> str:
     return platform.platform()
 
 
-def node_facts() -> dict[str, Any]:
-    """Hostname, OS, kernel, CPU, memory and Python of this node."""
-    memory = psutil.virtual_memory()
-    return {
-        "hostname": socket.gethostname(),
-        "os": os_name(),
-        "kernel": platform.release(),
-        "architecture": platform.machine(),
-        "cpu": cpu_model(),
-        "cpu_count": os.cpu_count() or 0,
-        "memory_bytes": int(memory.total),
-        "python": platform.python_version(),
-    }
+@dataclass(frozen=True, slots=True)
+class HostIdentity:
+    """Hostname, OS, kernel, CPU, memory and Python of this node: the report's ``node`` headline."""
+
+    hostname: str
+    os: str
+    kernel: str
+    architecture: str
+    cpu: str
+    cpu_count: int
+    memory_bytes: int
+    python: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The report's keys."""
+        return {"hostname": self.hostname, "os": self.os, "kernel": self.kernel, "architecture": self.architecture,
+                "cpu": self.cpu, "cpu_count": self.cpu_count, "memory_bytes": self.memory_bytes,
+                "python": self.python}
+
+
+def probe_identity(root: Path) -> HostIdentity:
+    """The node's identity, its files read under ``root``."""
+    return HostIdentity(
+        hostname=socket.gethostname(),
+        os=os_name(root / "etc/os-release"),
+        kernel=platform.release(),
+        architecture=platform.machine(),
+        cpu=cpu_model(root / "proc/cpuinfo"),
+        cpu_count=os.cpu_count() or 0,
+        memory_bytes=int(psutil.virtual_memory().total),
+        python=platform.python_version(),
+    )

@@ -171,8 +171,8 @@ class MigInstance:
 
     uuid: str
     name: str | Absent
-    memory_total: int | Absent
-    memory_used: int | Absent
+    memory_total_bytes: int | Absent
+    memory_used_bytes: int | Absent
     compute_mode: int | Absent = Absent.NOT_SUPPORTED
 
 
@@ -181,7 +181,7 @@ class GpuProcess:
     """A compute process holding memory on a GPU. ``pid`` is a host pid (NVML ignores pid namespaces)."""
 
     pid: int
-    used_memory: int | None  # bytes; None when NVML cannot tell
+    used_memory_bytes: int | None  # bytes; None when NVML cannot tell
 
 
 class NvmlUnavailableError(RuntimeError):
@@ -442,8 +442,8 @@ class PynvmlBackend:
             mode = _map(self._query("nvmlDeviceGetComputeMode", mig), int)
             found.append(MigInstance(
                 uuid=_text(self._call("nvmlDeviceGetUUID", mig)), name=name,
-                memory_total=memory if isinstance(memory, Absent) else memory.total,
-                memory_used=memory if isinstance(memory, Absent) else memory.used, compute_mode=mode))
+                memory_total_bytes=memory if isinstance(memory, Absent) else memory.total,
+                memory_used_bytes=memory if isinstance(memory, Absent) else memory.used, compute_mode=mode))
         return tuple(found)
 
     def compute_mode(self, index: int) -> int | Absent:

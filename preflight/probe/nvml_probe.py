@@ -1,11 +1,12 @@
 """NVML under a deadline: the run's one NVML walk and the PCIe link sample, each in a child process.
 
 The pytest process never calls NVML itself. :func:`take_snapshot` runs
-``python -m preflight.probe.nvml_child snapshot`` with :func:`~preflight.probe.command.run_command`
-(own session, whole process group killed at the deadline) and returns its :class:`NvmlSnapshot`;
+``python -m preflight.probe.nvml_child snapshot`` through the node's command runner (``Transports.run``:
+its own session, the whole process group killed at the deadline) and returns its :class:`NvmlSnapshot`;
 a child that does not answer in time gives a snapshot whose error is ``NVML_TIMEOUT`` and the run
 goes on. :func:`sample_pcie_links` is the same for the current PCIe link of some GPUs, and
-:class:`PcieSampler` runs that sample in the background while a load (the all-reduce sweep) runs.
+:class:`PcieSampler` runs that sample in the background while a load (the all-reduce sweep) runs (a
+child it streams to and stops, which a run-to-completion runner cannot express: it starts it itself).
 """
 
 from __future__ import annotations
@@ -17,12 +18,12 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from preflight.probe.command import CommandResult, CommandRunner, run_command
+from preflight.probe.command import CommandResult, CommandRunner
 from preflight.probe.nvml_snapshot import NvmlSnapshot, PcieSample, SnapshotError
-from preflight.probe.nvml_transport import REAL, NvmlTransport
+from preflight.probe.nvml_transport import NvmlTransport
 from preflight.workers.lifeline import die_with_parent
 
 CHILD_MODULE = "preflight.probe.nvml_child"
@@ -49,10 +50,11 @@ def child_argv(mode: str, transport: NvmlTransport, extra: Sequence[str] = ()) -
     return [sys.executable, "-m", CHILD_MODULE, mode, *transport.child_args(), *extra]
 
 
-def child_env(environ: Mapping[str, str] | None = None) -> dict[str, str]:
-    """The environment with ``PYTHONPATH`` set so the child imports what this process imports
-    (preflight from a checkout, a test's fake library)."""
-    env = dict(os.environ if environ is None else environ)
+def child_env() -> dict[str, str]:
+    """preflight's own environment with ``PYTHONPATH`` set so the child imports what this process imports
+    (preflight from a checkout, a test's fake library). The NVML child is preflight's helper, not the job:
+    it never reads the job's variables (NVML ignores ``CUDA_VISIBLE_DEVICES``)."""
+    env = dict(os.environ)
     paths = [entry or _START_DIR for entry in sys.path]
     env["PYTHONPATH"] = os.pathsep.join(dict.fromkeys(paths))
     return env
@@ -86,10 +88,9 @@ def probe_failed_error(problem: str) -> SnapshotError:
                          "`nvidia-smi -q`.", problem)
 
 
-def take_snapshot(
-    transport: NvmlTransport = REAL, timeout_s: float = NVML_TIMEOUT_S, runner: CommandRunner = run_command
-) -> NvmlSnapshot:
-    """The run's NVML walk in a child process, bounded by ``timeout_s``. Never raises, never hangs."""
+def take_snapshot(transport: NvmlTransport, runner: CommandRunner, timeout_s: float = NVML_TIMEOUT_S) -> NvmlSnapshot:
+    """The run's NVML walk in a child process (started by the node's command ``runner``), bounded by
+    ``timeout_s``. Never raises, never hangs."""
     result = runner(child_argv("snapshot", transport), timeout_s=timeout_s, env=child_env())
     if result.timed_out:
         return NvmlSnapshot(label=transport.label, error=timeout_error(timeout_s), duration_s=result.duration_s)
@@ -101,11 +102,11 @@ def take_snapshot(
 
 def sample_pcie_links(
     indices: Sequence[int],
-    transport: NvmlTransport = REAL,
+    transport: NvmlTransport,
+    runner: CommandRunner,
     timeout_s: float = PCIE_SAMPLE_TIMEOUT_S,
     duration_s: float = 0.0,
     interval_s: float = 0.5,
-    runner: CommandRunner = run_command,
 ) -> PcieSample:
     """Current PCIe generation/width of the GPUs at NVML ``indices`` (best over ``duration_s``), bounded."""
     extra = _pcie_args(indices, duration_s, interval_s)
@@ -130,7 +131,7 @@ class PcieSampler:
     The child samples every ``interval_s`` until :meth:`stop` closes its stdin, or ``max_duration_s``.
     """
 
-    def __init__(self, indices: Sequence[int], transport: NvmlTransport = REAL, *, max_duration_s: float = 300.0,
+    def __init__(self, indices: Sequence[int], transport: NvmlTransport, *, max_duration_s: float = 300.0,
                  interval_s: float = 0.5) -> None:
         self.indices = tuple(indices)
         self.transport = transport

@@ -71,12 +71,12 @@ def _put(value: Any) -> Any:
         return {"corrected": value.corrected, "uncorrected": value.uncorrected,
                 "pending": value.pending, "failed": value.failed}
     if isinstance(value, GpuProcess):
-        return {"pid": value.pid, "used_memory": value.used_memory}
+        return {"pid": value.pid, "used_memory_bytes": value.used_memory_bytes}
     if isinstance(value, FabricInfo):
         return {"state": value.state, "status": value.status}
     if isinstance(value, MigInstance):
-        return {"uuid": value.uuid, "name": _put(value.name), "memory_total": _put(value.memory_total),
-                "memory_used": _put(value.memory_used), "compute_mode": _put(value.compute_mode)}
+        return {"uuid": value.uuid, "name": _put(value.name), "memory_total_bytes": _put(value.memory_total_bytes),
+                "memory_used_bytes": _put(value.memory_used_bytes), "compute_mode": _put(value.compute_mode)}
     return value
 
 
@@ -100,13 +100,13 @@ def _fabric(raw: Any) -> FabricInfo:
 
 
 def _mig_instances(raw: Any) -> tuple[MigInstance, ...]:
-    return tuple(MigInstance(str(m["uuid"]), _take(m["name"], str), _take(m["memory_total"], int),
-                             _take(m["memory_used"], int), _take(m["compute_mode"], int)) for m in raw)
+    return tuple(MigInstance(str(m["uuid"]), _take(m["name"], str), _take(m["memory_total_bytes"], int),
+                             _take(m["memory_used_bytes"], int), _take(m["compute_mode"], int)) for m in raw)
 
 
 def _processes(raw: Any) -> tuple[GpuProcess, ...]:
     return tuple(
-        GpuProcess(int(p["pid"]), None if p["used_memory"] is None else int(p["used_memory"])) for p in raw
+        GpuProcess(int(p["pid"]), None if p["used_memory_bytes"] is None else int(p["used_memory_bytes"])) for p in raw
     )
 
 
@@ -165,15 +165,15 @@ class NvLinkInfo:
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GpuInfo:
-    """Everything NVML said about one GPU. Memory in bytes, temperature in Celsius."""
+    """Everything NVML said about one GPU; each name carries its unit (``_bytes``, ``_c`` for Celsius)."""
 
     index: int  # NVML index = nvidia-smi index (PCI bus order)
     name: str | Absent
     uuid: str | Absent
     pci_bus_id: str | Absent
-    memory_total: int | Absent
-    memory_used: int | Absent  # allocated by processes (v2 call); includes the reserve with a pre-510 driver
-    memory_reserved: int | Absent  # kept by the driver/firmware (nvmlMemory_v2_t.reserved); NOT_SUPPORTED before 510
+    memory_total_bytes: int | Absent
+    memory_used_bytes: int | Absent  # allocated by processes (v2 call); includes the reserve with a pre-510 driver
+    memory_reserved_bytes: int | Absent  # the driver/firmware keeps (v2 .reserved); NOT_SUPPORTED before 510
     compute_capability: tuple[int, int] | Absent
     persistence_mode: bool | Absent
     mig_enabled: bool | Absent
@@ -270,7 +270,7 @@ class GpuInfo:
             "gpu": self.index,
             "name": text(self.name),
             "bus_id": text(self.pci_bus_id),
-            "memory_mib": f"{_mib(self.memory_used)} / {_mib(self.memory_total)}",
+            "memory_mib": f"{_mib(self.memory_used_bytes)} / {_mib(self.memory_total_bytes)}",
             "cc": text(self.compute_capability, lambda cc: f"{cc[0]}.{cc[1]}"),
             "persistence": text(self.persistence_mode, lambda on: "on" if on else "off"),
             "mig": text(self.mig_enabled, lambda on: "on" if on else "off"),
@@ -292,8 +292,8 @@ class GpuInfo:
         return {
             "index": self.index, "name": _json(self.name), "uuid": _json(self.uuid),
             "pci_bus_id": _json(self.pci_bus_id), "serial": _json(self.serial),
-            "memory_total_bytes": _json(self.memory_total), "memory_used_bytes": _json(self.memory_used),
-            "memory_reserved_bytes": _json(self.memory_reserved),
+            "memory_total_bytes": _json(self.memory_total_bytes), "memory_used_bytes": _json(self.memory_used_bytes),
+            "memory_reserved_bytes": _json(self.memory_reserved_bytes),
             "compute_capability": _json(self.compute_capability) if isinstance(self.compute_capability, Absent)
             else f"{self.compute_capability[0]}.{self.compute_capability[1]}",
             "persistence_mode": _json(self.persistence_mode), "mig_enabled": _json(self.mig_enabled),
@@ -312,7 +312,7 @@ class GpuInfo:
             "temperature_c": _json(self.temperature_c),
             "clock_event_reasons": _json(self.clock_event_names),
             "processes": _json(self.processes) if isinstance(self.processes, Absent)
-            else [{"pid": p.pid, "used_memory_bytes": p.used_memory} for p in self.processes],
+            else [{"pid": p.pid, "used_memory_bytes": p.used_memory_bytes} for p in self.processes],
             "nvlinks_active": self.nvlinks_active, "nvlinks_present": self.nvlinks_present,
             "gpu_lost": self.gpu_lost, "query_errors": dict(self.query_errors),
         }
@@ -341,9 +341,9 @@ _GPU_FIELDS: dict[str, Callable[[Any], Any]] = {
     "uuid": str,
     "pci_bus_id": str,
     "serial": str,
-    "memory_total": int,
-    "memory_used": int,
-    "memory_reserved": int,
+    "memory_total_bytes": int,
+    "memory_used_bytes": int,
+    "memory_reserved_bytes": int,
     "compute_capability": _pair_of_ints,
     "persistence_mode": bool,
     "mig_enabled": bool,

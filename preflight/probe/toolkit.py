@@ -21,64 +21,24 @@ import importlib.metadata
 import os
 import shlex
 import shutil
+import sys
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
 from preflight.parse.nvcc import NvccParseError, NvccVersion, parse_nvcc_version
-from preflight.probe.command import CommandRunner, run_command
+from preflight.probe.command import CommandRunner
 from preflight.node.torch import JobTorch
 from preflight.probe.deepspeed import DeepSpeedFacts, probe_deepspeed
 
 NVCC_TIMEOUT_S = 15.0
 TOOL_TIMEOUT_S = 10.0
-TOOLKIT_GLOB = "/usr/local/cuda*"
-
-
-@dataclass(frozen=True, slots=True)
-class TorchFacts:
-    """What torch was built with (``torch.version``), read without initialising CUDA."""
-
-    installed: bool
-    version: str | None = None
-    cuda: str | None = None
-    hip: str | None = None
-    arch_list: tuple[str, ...] = ()
-    nccl: tuple[int, ...] | None = None
-    nccl_suffix: str = ""
-    nccl_wheels: Mapping[str, str] = field(default_factory=dict)
-    problem: str | None = None
-    answered: bool = True
-    """False when the job's interpreter itself did not answer (it crashed, hung or printed something else)."""
-    python: str | None = None
-
-    @property
-    def is_cuda_build(self) -> bool:
-        """True when torch carries CUDA kernels (``torch.version.cuda`` is set)."""
-        return self.cuda is not None
-
-    @property
-    def cuda_release(self) -> tuple[int, int] | None:
-        """``(12, 4)`` from ``torch.version.cuda == "12.4"``; None on CPU/ROCm builds."""
-        if self.cuda is None:
-            return None
-        parts = self.cuda.split(".")
-        try:
-            return int(parts[0]), int(parts[1]) if len(parts) > 1 else 0
-        except ValueError:
-            return None
-
-    def describe(self) -> str:
-        """``torch 2.4.1+cu124 (CUDA 12.4)`` or ``torch 2.13.0+cpu (CPU build)``."""
-        if not self.installed:
-            return "torch not importable"
-        if self.cuda:
-            return f"torch {self.version} (CUDA {self.cuda})"
-        if self.hip:
-            return f"torch {self.version} (ROCm/HIP {self.hip} build)"
-        return f"torch {self.version} (CPU build, torch.version.cuda is None)"
+TOOLKIT_GLOB = "usr/local/cuda*"
+"""Where toolkits are installed, under the node's filesystem root (``Transports.root``)."""
+DEFAULT_CUDA_HOME = "usr/local/cuda"
+"""torch's last resort for ``CUDA_HOME``, under the node's filesystem root."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +96,7 @@ class ToolProbe:
 class ToolkitFacts:
     """Everything the toolkit judges need, gathered once."""
 
-    torch: TorchFacts
+    torch: JobTorch  # the job's, as its interpreter answered (the node model's ``node.torch``)
     cuda_home: CudaHome
     nvcc_on_path: tuple[NvccProbe, ...]
     other_toolkits: tuple[NvccProbe, ...]
@@ -150,8 +110,9 @@ class ToolkitFacts:
         return self.nvcc_on_path[0] if self.nvcc_on_path else None
 
 
-def probe_torch(torch_module: ModuleType | Any | None = None) -> TorchFacts:
-    """torch's version, CUDA build, arch list and NCCL version, without initialising CUDA.
+def probe_torch(torch_module: ModuleType | Any | None = None) -> JobTorch:
+    """This interpreter's torch (or ``torch_module``) read in-process, as the torch child reads the job's:
+    version, CUDA build, arch list and NCCL version, without initialising CUDA.
 
     The arch list is read from ``torch._C._cuda_getArchFlags()`` (what ``get_arch_list`` returns,
     a compile-time string); older ``get_arch_list`` called ``is_available()`` first, which we avoid.
@@ -162,7 +123,7 @@ def probe_torch(torch_module: ModuleType | Any | None = None) -> TorchFacts:
         try:
             torch_module = importlib.import_module("torch")
         except Exception as exc:  # ImportError, or a broken install raising anything
-            return TorchFacts(installed=False, problem=f"import torch failed: {exc}")
+            return JobTorch(python=sys.executable, problem=f"import torch failed: {exc}")
     version_module = getattr(torch_module, "version", None)
     cuda = getattr(version_module, "cuda", None)
     hip = getattr(version_module, "hip", None)
@@ -172,25 +133,16 @@ def probe_torch(torch_module: ModuleType | Any | None = None) -> TorchFacts:
     if cuda is not None:
         arch_list = _arch_list(torch_module)
         nccl, suffix = _nccl_version(torch_module)
-    return TorchFacts(
-        installed=True,
+    return JobTorch(
+        python=sys.executable,
         version=str(getattr(torch_module, "__version__", "unknown")),
         cuda=str(cuda) if cuda is not None else None,
         hip=str(hip) if hip is not None else None,
         arch_list=arch_list,
         nccl=nccl,
         nccl_suffix=suffix,
-        nccl_wheels=_nccl_wheels(),
+        wheels=_nccl_wheels(),
     )
-
-
-def torch_facts_of(job: JobTorch) -> TorchFacts:
-    """The build facts of the job's torch, as its interpreter reported them."""
-    if not job.installed:
-        return TorchFacts(installed=False, problem=job.problem, answered=job.answered, python=job.python)
-    nccl_wheels = {name: version for name, version in job.wheels.items() if name.startswith("nvidia-nccl")}
-    return TorchFacts(installed=True, version=job.version, cuda=job.cuda, hip=job.hip, arch_list=job.arch_list,
-                      nccl=job.nccl, nccl_suffix=job.nccl_suffix, nccl_wheels=nccl_wheels)
 
 
 def _arch_list(torch_module: Any) -> tuple[str, ...]:
@@ -256,7 +208,7 @@ def nvcc_on_path(env: Mapping[str, str]) -> list[str]:
 
 
 def probe_nvcc(
-    path: str, runner: CommandRunner = run_command, timeout_s: float = NVCC_TIMEOUT_S
+    path: str, runner: CommandRunner, timeout_s: float = NVCC_TIMEOUT_S
 ) -> NvccProbe:
     """Run ``<path> --version`` under a deadline and parse it; failures are values."""
     resolved = os.path.realpath(path)
@@ -294,7 +246,7 @@ def probe_tool(
     return ToolProbe(name, command, path, first, source)
 
 
-def probe_compiler(env: Mapping[str, str], runner: CommandRunner = run_command) -> ToolProbe:
+def probe_compiler(env: Mapping[str, str], runner: CommandRunner) -> ToolProbe:
     """The C++ compiler torch's extension builder calls: ``$CXX``, else ``c++`` (Linux)."""
     cxx = env.get("CXX", "").strip()
     command = tuple(shlex.split(cxx)) if cxx else ("c++",)
@@ -306,19 +258,18 @@ def probe_compiler(env: Mapping[str, str], runner: CommandRunner = run_command) 
 
 
 def probe_toolkit(
-    env: Mapping[str, str] | None = None,
+    env: Mapping[str, str],
     *,
-    runner: CommandRunner = run_command,
-    torch_module: ModuleType | Any | None = None,
-    job_torch: JobTorch | None = None,
-    toolkit_glob: str = TOOLKIT_GLOB,
-    default_cuda_home: str = "/usr/local/cuda",
+    runner: CommandRunner,
+    torch: JobTorch,
+    toolkit_glob: str = "/" + TOOLKIT_GLOB,
+    default_cuda_home: str = "/" + DEFAULT_CUDA_HOME,
 ) -> ToolkitFacts:
     """Gather every toolkit fact once; each ``nvcc`` runs at most once (cached by real path).
 
-    ``job_torch`` is the job's torch as its own interpreter answered (the node model, ``--python``):
-    torch's build and the job's DeepSpeed are taken from it rather than from preflight's interpreter."""
-    env = dict(os.environ) if env is None else dict(env)
+    ``torch`` is the job's torch as its own interpreter answered (the node model, ``--python``): torch's
+    build and the job's DeepSpeed are taken from it rather than from preflight's interpreter."""
+    env = dict(env)
     cache: dict[str, NvccProbe] = {}
 
     def nvcc(path: str) -> NvccProbe:
@@ -345,14 +296,13 @@ def probe_toolkit(
         if os.path.realpath(path) not in seen
     )
     return ToolkitFacts(
-        torch=probe_torch(torch_module) if job_torch is None else torch_facts_of(job_torch),
+        torch=torch,
         cuda_home=CudaHome(home_path, how, home_nvcc, has_headers),
         nvcc_on_path=on_path,
         other_toolkits=_unique(others),
         ninja=probe_tool("ninja", ("ninja",), "PATH", env, runner),
         compiler=probe_compiler(env, runner),
-        deepspeed=probe_deepspeed(env, None if job_torch is None else
-                                  (job_torch.deepspeed_version, [Path(r) for r in job_torch.deepspeed_roots])),
+        deepspeed=probe_deepspeed(env, (torch.deepspeed_version, [Path(r) for r in torch.deepspeed_roots])),
     )
 
 

@@ -14,7 +14,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from pathlib import Path
 from types import FrameType
 from typing import Any
@@ -22,7 +22,6 @@ from typing import Any
 import pytest
 
 from preflight.errors import EXIT_NOT_READY
-from preflight.probe.node import node_facts
 from preflight.report.facts import gathered_facts, gathered_sections
 from preflight.report import junit
 from preflight.report.html import render_html
@@ -275,12 +274,12 @@ class ReportCollector:
     def _build_and_write(self) -> None:
         """Build the report; write JSON then HTML. A write that fails (a full disk, a removed directory)
         is recorded in ``write_error`` and said in one line; the verdict is kept in memory for the CLI."""
-        node: dict[str, Any] = {**node_facts(), **_node_model_facts(self.config, wait=not self.record.interrupted)}
+        node: dict[str, Any] = _node_model_facts(self.config, wait=not self.record.interrupted)
         node.update(gathered_facts(self.config))
         report = build_report(
             self.record,
             node=node,
-            environment=report_environment(os.environ),
+            environment=report_environment(_job_environment(self.config)),
             options={k: _plain(v) for k, v in self.settings.as_options().items()},
             exit_code=self.exit_code(),
             sections=gathered_sections(self.config),
@@ -346,11 +345,19 @@ class ReportCollector:
 
 
 def _node_model_facts(config: pytest.Config, *, wait: bool) -> dict[str, Any]:
-    """The node model's sections (the job's torch, the job), whatever ``-k`` selected; an interrupted run
-    does not wait for a torch probe still running (a scheduler's grace period is short)."""
+    """The node model's sections (the host's identity, the job's torch, the job), whatever ``-k`` selected; an
+    interrupted run does not wait for a torch probe still running (a scheduler's grace period is short)."""
     from preflight.stash import node_for
 
-    return node_for(config).as_dict(wait=wait)
+    node = node_for(config)
+    return {**node.host.identity.as_dict(), **node.as_dict(wait=wait)}
+
+
+def _job_environment(config: pytest.Config) -> Mapping[str, str]:
+    """The environment the job inherits (the node model's), for the report's allow-listed section."""
+    from preflight.stash import node_for
+
+    return node_for(config).env
 
 
 def _seconds_since_process_start() -> float | None:

@@ -29,6 +29,7 @@ from preflight.node.transports import Transports
 from preflight.parse.visible_devices import parse_device_order, parse_visible_devices, resolve_visible_devices
 from preflight.probe.nvml_transport import NvmlTransport
 from tests.fakes.fake_torch import cuda_answer, real_answer, torch_runner
+from preflight.probe.command import run_command
 from preflight.probe.nvml_probe import take_snapshot
 from tests.fakes.nvml import FACTORY, Faults, library_argument, spec_for
 from tests.fakes.nvml_profiles import ServerSpec
@@ -57,7 +58,7 @@ def _transport(config: pytest.Config) -> NvmlTransport | None:
 def _visible_count(transport: NvmlTransport) -> int:
     """What ``torch.cuda.device_count()`` answers on the fake machine under this environment: the
     fake's GPUs (walked by the real NVML child, bounded) that CUDA_VISIBLE_DEVICES leaves."""
-    snapshot = take_snapshot(transport, timeout_s=20)
+    snapshot = take_snapshot(transport, run_command, timeout_s=20)
     identities = [i for i in (g.identity() for g in snapshot.gpus) if i is not None]
     if not identities:
         return 0
