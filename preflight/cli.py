@@ -293,23 +293,23 @@ def run(argv: list[str]) -> int:
     sys.stderr.write(errors)
     if code == pytest.ExitCode.NO_TESTS_COLLECTED:
         raise UsageError("no check matches the selection (-k / -m)")
-    from preflight.report.collector import LAST_RUN
-    from preflight.report.model import headline
+    from preflight.report.writing import LAST_RUN
+    from preflight.report.document import Report
 
     try:
-        report = json.loads(stale.read_text())
-    except (OSError, ValueError):
+        report = Report.from_json(json.loads(stale.read_text()))
+    except (OSError, ValueError):  # MalformedReport is a ValueError
         if LAST_RUN.get("verdict") and LAST_RUN.get("write_error"):
             print(f"{LAST_RUN['verdict']}  (no report: {LAST_RUN['write_error']})")
             return int(LAST_RUN["exit_code"])
         raise UsageError(f"the run ended (pytest exit code {int(code)}) without writing {stale}") from None
     if not LAST_RUN.get("shown"):  # the terminal output ends with the verdict already
-        print(f"{headline(report)}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
+        print(f"{report.headline}  reports: {report_dir / 'preflight.json'}, {report_dir / 'preflight.html'}")
     if args.oneline:
         from preflight.report.oneline import format_oneline
 
         print(format_oneline(report))
-    return int(report["run"]["exit_code"])
+    return report.run.exit_code if report.run.exit_code is not None else report.verdict.exit_code()
 
 
 EXIT_BROKEN_PIPE = 128 + 13

@@ -14,11 +14,11 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from preflight.errors import EXIT_NOT_READY, EXIT_OK, UsageError
 from preflight.inputs import STDIN, shown
 from preflight.options import UsageParser
+from preflight.report.document import Report
 from preflight.report.fleet import NodeReport, build_fleet, unique_names
 from preflight.report.fleet_html import render_fleet_html
 from preflight.report.saved import UnreadableReport, load_report
@@ -39,7 +39,7 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.reports.count(STDIN) > 1:
         raise UsageError("'-' (standard input) can be given only once")
-    loaded: list[tuple[str, dict[str, Any]]] = []
+    loaded: list[tuple[str, Report]] = []
     skipped: list[dict[str, str]] = []
     for path in args.reports:
         try:
@@ -69,10 +69,9 @@ def main(argv: list[str]) -> int:
     return EXIT_NOT_READY if fleet["not_ready"] or fleet["not_judged"] or fleet["suspect"] else EXIT_OK
 
 
-def _hostname(report: dict[str, Any], path: str) -> str:
+def _hostname(report: Report, path: str) -> str:
     """The node's hostname, or the file's name when the report does not give one as text."""
-    node = report.get("node")
-    hostname = node.get("hostname") if isinstance(node, dict) else None
-    if isinstance(hostname, str) and hostname.strip():
+    hostname = report.node.hostname
+    if hostname is not None and hostname.strip():
         return hostname
     return "stdin" if path == STDIN else Path(path).stem

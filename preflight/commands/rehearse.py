@@ -240,7 +240,7 @@ def main(argv: list[str]) -> int:
     print(plan_line(plan), flush=True)
     import pytest
 
-    from preflight.report.collector import LAST_RUN
+    from preflight.report.writing import LAST_RUN
     from preflight.rehearse.session import RehearsalSession
 
     report_json = report_dir / "preflight.json"

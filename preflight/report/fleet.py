@@ -18,9 +18,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 import preflight
-from preflight import outcome
-from preflight.outcome import RUN_VERDICTS, RunVerdict
-from preflight.report.model import problems as ordered_problems
+from preflight.outcome import RunVerdict, Status
+from preflight.report.document import NodeFacts, Report
 
 FLEET_SCHEMA_VERSION = "1.0"
 BANDWIDTH_UNIT = "GB/s"
@@ -29,7 +28,6 @@ LOW_FRACTION = 0.8
 MAD_K = 3.0
 MAD_SCALE = 1.4826
 MAD_FLOOR_FRACTION = 0.9
-PROBLEM_STATUSES = tuple(status.value for status in outcome.PROBLEM_STATUSES)
 RULE = (f"per GPU kind and bandwidth metric, with at least {MIN_PEERS} nodes: a node is an outlier when its value "
         f"is below {LOW_FRACTION:.0%} of the median, or below median - {MAD_K:g} x MAD (MAD x {MAD_SCALE}) and "
         f"below {MAD_FLOOR_FRACTION:.0%} of the median")
@@ -41,40 +39,37 @@ class NodeReport:
 
     name: str
     source: str
-    report: dict[str, Any]
+    report: Report
 
 
-def gpu_kind(node: dict[str, Any]) -> str:
+def gpu_kind(node: NodeFacts) -> str:
     """The GPU model(s) NVML listed (``NVIDIA H100 80GB HBM3``), ``no GPU`` when none are known."""
-    section = node.get("gpus")
+    section = node.facts.get("gpus")
     gpus = section.get("gpus") if isinstance(section, dict) else section if isinstance(section, list) else None
     names = sorted({str(g.get("name")) for g in gpus or [] if isinstance(g, dict) and g.get("name")})
     if names:
         return " + ".join(names)
-    torch_section = node.get("torch")
-    device_count = torch_section.get("device_count") if isinstance(torch_section, dict) else None
-    return "CUDA GPU (model unknown)" if device_count else "no GPU"
+    return "CUDA GPU (model unknown)" if node.section("torch").get("device_count") else "no GPU"
 
 
-def gpu_count(node: dict[str, Any]) -> int | None:
+def gpu_count(node: NodeFacts) -> int | None:
     """GPUs listed by NVML, else counted by torch, else None."""
-    section = node.get("gpus")
+    section = node.facts.get("gpus")
     gpus = section.get("gpus") if isinstance(section, dict) else section if isinstance(section, list) else None
     if isinstance(gpus, list):
         return len(gpus)
-    torch = node.get("torch")
-    return torch.get("device_count") if isinstance(torch, dict) else None
+    count = node.section("torch").get("device_count")
+    return count if isinstance(count, int) else None
 
 
-def bandwidth_metrics(report: dict[str, Any]) -> dict[tuple[str, str, tuple[tuple[str, str], ...]], float]:
+def bandwidth_metrics(report: Report) -> dict[tuple[str, str, tuple[tuple[str, str], ...]], float]:
     """(check id, metric name, labels) -> value for every numeric metric measured in GB/s."""
     found = {}
-    for check in report.get("checks", []):
-        for metric in check.get("metrics", []):
-            value = metric.get("value")
-            if metric.get("unit") == BANDWIDTH_UNIT and isinstance(value, (int, float)) and not isinstance(value, bool):
-                key = (check["id"], metric["name"], tuple(sorted((metric.get("labels") or {}).items())))
-                found[key] = float(value)
+    for check in report.checks:
+        for metric in check.verdict.metrics:
+            value = metric.value
+            if metric.unit == BANDWIDTH_UNIT and isinstance(value, (int, float)) and not isinstance(value, bool):
+                found[(check.id, metric.name, tuple(sorted(metric.labels.items())))] = float(value)
     return found
 
 
@@ -94,7 +89,7 @@ def bandwidth_spread(nodes: list[NodeReport]) -> list[dict[str, Any]]:
     """Per GPU kind and bandwidth metric: the values, median, MAD, spread and outliers."""
     series: dict[tuple[str, tuple[str, str, tuple[tuple[str, str], ...]]], dict[str, float]] = {}
     for node in nodes:
-        kind = gpu_kind(node.report.get("node", {}))
+        kind = gpu_kind(node.report.node)
         for key, value in bandwidth_metrics(node.report).items():
             series.setdefault((kind, key), {})[node.name] = value
     rows = []
@@ -117,31 +112,31 @@ def bandwidth_spread(nodes: list[NodeReport]) -> list[dict[str, Any]]:
 
 def node_row(node: NodeReport, suspect_for: list[str]) -> dict[str, Any]:
     """One row of the fleet table."""
-    report = node.report
-    problems = [{"check": c["id"], "title": c.get("title", c["id"]), "status": c["status"], "code": c.get("code"),
-                 "summary": c.get("summary", "")} for c in ordered_problems(report)]
-    facts = report.get("node", {})
-    return {"name": node.name, "source": node.source, "hostname": facts.get("hostname"), "verdict": report["verdict"],
-            "exit_code": report.get("run", {}).get("exit_code"), "started_at": report.get("run", {}).get("started_at"),
-            "profile": report.get("run", {}).get("options", {}).get("profile"), "gpu_kind": gpu_kind(facts),
-            "gpu_count": gpu_count(facts), "summary": report.get("summary", {}), "problems": problems,
-            "interrupted": bool(report.get("run", {}).get("interrupted")), "bandwidth_outlier_in": suspect_for,
-            "error": report.get("run", {}).get("error")}
+    report, run = node.report, node.report.run
+    problems = [{"check": c.id, "title": c.title, "status": c.status.value, "code": c.verdict.code,
+                 "summary": c.verdict.summary} for c in report.problems]
+    facts = report.node
+    return {"name": node.name, "source": node.source, "hostname": facts.facts.get("hostname"),
+            "verdict": report.verdict.value, "exit_code": run.exit_code, "started_at": run.started_at,
+            "profile": run.options.get("profile"), "gpu_kind": gpu_kind(facts),
+            "gpu_count": gpu_count(facts), "summary": dict(report.summary), "problems": problems,
+            "interrupted": run.interrupted, "bandwidth_outlier_in": suspect_for,
+            "error": run.error.as_dict() if run.error is not None else None}
 
 
 def check_matrix(nodes: list[NodeReport]) -> list[dict[str, Any]]:
     """Every check seen, with its status on each node (absent where it did not run)."""
     order: dict[str, str] = {}
-    statuses: dict[str, dict[str, str]] = {}
+    statuses: dict[str, dict[str, Status]] = {}
     for node in nodes:
-        for check in node.report.get("checks", []):
-            order.setdefault(check["id"], check.get("title", check["id"]))
-            statuses.setdefault(check["id"], {})[node.name] = check["status"]
+        for check in node.report.checks:
+            order.setdefault(check.id, check.title)
+            statuses.setdefault(check.id, {})[node.name] = check.status
     rows = []
-    for check, title in order.items():
-        by_node = statuses[check]
-        rows.append({"check": check, "title": title, "statuses": by_node,
-                     "problem_nodes": [n for n, s in by_node.items() if s in PROBLEM_STATUSES]})
+    for check_id, title in order.items():
+        by_node = statuses[check_id]
+        rows.append({"check": check_id, "title": title, "statuses": {n: s.value for n, s in by_node.items()},
+                     "problem_nodes": [n for n, s in by_node.items() if s.is_problem]})
     return rows
 
 
@@ -155,16 +150,16 @@ def build_fleet(nodes: list[NodeReport], skipped: list[dict[str, str]] | None = 
         for outlier in row["outliers"]:
             suspects.setdefault(outlier["node"], []).append(label)
     rows = [node_row(node, suspects.get(node.name, [])) for node in nodes]
-    verdicts = Counter(row["verdict"] for row in rows)
+    verdicts = Counter(node.report.verdict for node in nodes)
     return {
         "kind": "preflight-fleet",
         "schema_version": FLEET_SCHEMA_VERSION,
         "tool": {"name": "preflight", "version": preflight.__version__},
         "created_at": datetime.now(timezone.utc).isoformat(),
         "outlier_rule": RULE,
-        "verdicts": {v: verdicts.get(v, 0) for v in RUN_VERDICTS},
-        "not_ready": [row["name"] for row in rows if row["verdict"] == RunVerdict.NOT_READY.value],
-        "not_judged": [row["name"] for row in rows if row["verdict"] == RunVerdict.ERROR.value],
+        "verdicts": {v.value: verdicts.get(v, 0) for v in RunVerdict},
+        "not_ready": [node.name for node in nodes if node.report.verdict is RunVerdict.NOT_READY],
+        "not_judged": [node.name for node in nodes if node.report.verdict is RunVerdict.ERROR],
         "suspect": sorted(suspects),
         "nodes": rows,
         "checks": check_matrix(nodes),

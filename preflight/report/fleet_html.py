@@ -7,6 +7,7 @@ from typing import Any
 
 import jinja2
 
+from preflight.outcome import RunVerdict
 from preflight.report.html import CSP, TEMPLATES, format_value
 
 
@@ -15,7 +16,7 @@ def render_fleet_html(fleet: dict[str, Any]) -> str:
     env = jinja2.Environment(loader=jinja2.FileSystemLoader(str(TEMPLATES)), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True)
     env.filters["value"] = format_value
-    order = {"NOT READY": 0, "ERROR": 1, "DEGRADED": 2, "READY": 3}
-    nodes = sorted(fleet["nodes"], key=lambda n: (order.get(n["verdict"], 3), not n["bandwidth_outlier_in"], n["name"]))
+    nodes = sorted(fleet["nodes"], key=lambda n: (-RunVerdict(n["verdict"]).rank, not n["bandwidth_outlier_in"],
+                                                  n["name"]))
     problem_checks = [c for c in fleet["checks"] if c["problem_nodes"]]
     return env.get_template("fleet.html.j2").render(fleet=fleet, nodes=nodes, problem_checks=problem_checks, csp=CSP)

@@ -1,0 +1,117 @@
+"""Writing a run's report files: ``preflight.json`` then ``preflight.html``, atomically, once, from any
+thread, and the line log's last line.
+
+The report is built once (the collector's ``build``), redacted once (:func:`redacted`: every string of
+its JSON form), and every writer reads that one :class:`Report`. A write that fails (a full disk, a
+removed directory) is said in one line and kept in :data:`LAST_RUN`; the verdict stays in memory for
+the command.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from preflight.report.document import Report
+from preflight.report.html import render_html
+from preflight.report.model import RunRecord
+from preflight.report.redact import redact_obj
+from preflight.report.watchdog import signals_held
+from preflight.report.writer import LineLog, dump_json, printable, write_atomic
+
+JSON_NAME = "preflight.json"
+HTML_NAME = "preflight.html"
+LINES_NAME = "preflight.jsonl"
+LAST_RUN: dict[str, Any] = {}
+"""The last run's verdict, exit code and report write error, for the CLI when the disk took no report."""
+
+
+def redacted(report: Report) -> Report:
+    """``report`` with secrets removed from every string of its JSON form, and every string printable."""
+    return Report.from_json(printable(redact_obj(report.to_json())))
+
+
+def report_json(report: Report) -> str:
+    """``preflight.json``'s text."""
+    return dump_json(report.to_json())
+
+
+def note_write_error(problem: str) -> None:
+    """Say in one line that a file could not be written, and keep it for the command."""
+    LAST_RUN["write_error"] = problem
+    print(f"preflight: {problem}", file=sys.stderr, flush=True)
+
+
+class ReportFiles:
+    """The report of one run and the files it went to; :meth:`write` builds and writes it once."""
+
+    def __init__(self, report_dir: Path, record: RunRecord, build: Callable[[], Report],
+                 exit_code: Callable[[], int]) -> None:
+        self.report_dir = report_dir
+        self.record = record
+        self.build = build
+        self.exit_code = exit_code
+        self.lines: LineLog | None = None
+        self.report: Report | None = None
+        self.written: list[Path] = []
+        self.write_error: str | None = None
+        self._lock = threading.Lock()
+        self._lines_finished = False
+
+    def open_lines(self) -> None:
+        """Start the line log (one JSON line per finished check)."""
+        self.lines = LineLog(self.report_dir / LINES_NAME)
+
+    def line(self, record: dict[str, Any]) -> None:
+        if self.lines is not None:
+            self.lines.write(record)
+
+    def write(self) -> None:
+        """Build the report and write JSON then HTML atomically; safe to call from any thread once.
+
+        In the main thread, Ctrl-C and SIGTERM are held while the files are written (a signal
+        would otherwise abort them half way); a held signal marks the run interrupted and the
+        reports are written once more, so they say so. The line log's finish line comes last, once,
+        from the final report: the two always agree."""
+        began = time.monotonic()
+        with signals_held() as held:
+            self._write_once()
+            if held and not self.record.interrupted:
+                self.record.interrupted = True
+                self.record.interruption = f"{signal.Signals(held[0]).name} while the reports were written"
+                self.report, self.written = None, []
+                self._write_once()
+            self._finish_lines(began)
+
+    def _finish_lines(self, began: float) -> None:
+        """The jsonl's last line: the final report's verdict and whether it was interrupted (once)."""
+        with self._lock:
+            if self.lines is None or self.report is None or self._lines_finished:
+                return
+            self._lines_finished = True
+            self.lines.write({"type": "finish", "verdict": self.report.verdict.value,
+                              "interrupted": self.report.run.interrupted,
+                              "report_write_s": round(time.monotonic() - began, 4)})
+            self.lines.close()
+
+    def _write_once(self) -> None:
+        with self._lock:
+            if self.report is None:
+                self._build_and_write()
+
+    def _build_and_write(self) -> None:
+        self.report = redacted(self.build())
+        LAST_RUN.update(verdict=self.report.verdict.value, exit_code=self.exit_code(), write_error=None, shown=False)
+        try:
+            for path, render in ((self.report_dir / JSON_NAME, report_json), (self.report_dir / HTML_NAME,
+                                                                                render_html)):
+                write_atomic(path, render(self.report))
+                self.written.append(path)
+        except OSError as exc:
+            self.write_error = f"could not write the reports in {self.report_dir}: {exc.strerror or exc}"
+            note_write_error(self.write_error)
