@@ -148,7 +148,7 @@ class RunSelection:
     def from_json(cls, data: JsonObject) -> RunSelection:
         strategy = data["strategy"]
         return cls(_optional_text(data["keyword"]), _optional_text(data["markexpr"]), _text(data["profile"]),
-                   tuple(_text(s) for s in strategy) if strategy is not None else None, bool(data["slow"]),
+                   _texts(strategy) if strategy is not None else None, bool(data["slow"]),
                    _integer(data["collected"]), _integer(data["selected"]), _integer(data["deselected"]),
                    bool(data["partial"]))
 
@@ -193,7 +193,7 @@ class RunInfo:
         selection, error = data.get("selection"), data.get("error")
         startup, code = data.get("startup_s"), data["exit_code"]
         return cls(started_at=_text(data["started_at"]), finished_at=_text(data["finished_at"]),
-                   duration_s=_number(data["duration_s"]), argv=tuple(_text(a) for a in data["argv"]),
+                   duration_s=_number(data["duration_s"]), argv=_texts(data["argv"]),
                    options=dict(_object(data["options"])), interrupted=bool(data["interrupted"]),
                    interruption=_optional_text(data.get("interruption")),
                    startup_s=_number(startup) if startup is not None else None,
@@ -314,7 +314,7 @@ class Report:
                    run=RunInfo.from_json(_object(data["run"])), verdict=RunVerdict(data["verdict"]),
                    summary=summary, node=NodeFacts(dict(_object(data["node"]))), environment=environment,
                    checks=tuple(CheckResult.from_json(c) for c in _objects(data["checks"])),
-                   not_run=tuple(_text(n) for n in data["not_run"]),
+                   not_run=_texts(data["not_run"]),
                    sections={k: v for k, v in data.items() if k not in core})
 
 
@@ -347,6 +347,12 @@ def _text(value: Any) -> str:
     if not isinstance(value, str):
         raise TypeError(f"expected text, got {type(value).__name__}")
     return value
+
+
+def _texts(value: Any) -> tuple[str, ...]:
+    if not isinstance(value, list):
+        raise TypeError(f"expected a list of text, got {type(value).__name__}")
+    return tuple(_text(item) for item in value)
 
 
 def _optional_text(value: Any) -> str | None:

@@ -220,6 +220,7 @@ def _environment() -> jinja2.Environment:
     env.globals["metric"] = format_metric
     env.globals["dict_without"] = lambda mapping, key: {k: v for k, v in mapping.items() if k != key}
     env.tests["mapping"] = lambda v: isinstance(v, dict)
+    env.tests["problem"] = lambda status: Status(status).is_problem  # a check's status: WARN or worse
     env.tests["table_like"] = lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
     env.tests["matrix_like"] = _matrix_like
     return env
