@@ -13,7 +13,6 @@ import os
 import sys
 import threading
 import time
-import traceback
 from collections.abc import Generator
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from preflight.report import junit
 from preflight.report.document import Report
 from preflight.report.facts import gathered_facts, gathered_sections
 from preflight.report.model import CheckResult, RunRecord, build_report
-from preflight.report.ownership import LOGS, DirectoryInUse, NotPreflights, ReportDirectory, make_private
+from preflight.report.ownership import LOGS, DirectoryInUse, NotPreflights
 from preflight.report.redact import redact_files, redact_obj, report_environment
 from preflight.report.selection import Selection
 from preflight.report.summary import print_summary
@@ -50,7 +49,6 @@ class ReportCollector:
         self.files = ReportFiles(self.report_dir, self.record, self._build, self.exit_code)
         self.signals = SignalGuard(self.record)
         self._finished = threading.Event()
-        self.directory: ReportDirectory | None = None
 
     @property
     def report(self) -> Report | None:
@@ -77,11 +75,7 @@ class ReportCollector:
         configured (pytest's own JUnit plugin cannot unconfigure then)."""
         self.signals.hold()
         try:
-            directory = ReportDirectory(self.report_dir)
-            directory.acquire()
-            self.directory = directory
-            directory.clear_previous(self._own_outputs())
-            self.files.open_lines()
+            self.files.open(self._own_outputs())
         except (DirectoryInUse, NotPreflights) as exc:
             self.signals.release(deliver=False)
             raise pytest.UsageError(str(exc)) from None
@@ -144,7 +138,7 @@ class ReportCollector:
         try:
             yield
         except OSError as exc:
-            if not _raised_in(exc, "junitxml.py"):
+            if not junit.raised_by_junit(exc):
                 raise
             junit.abandon(self.config, pending)
             self._junit_failed(exc)
@@ -173,24 +167,23 @@ class ReportCollector:
         interruption before the session had started (pytest then skips ``sessionfinish``) still
         leaves a report, marked interrupted."""
         self.signals.release(deliver=False)
-        if self.report is None and self.directory is not None:
+        if self.report is None and self.files.directory is not None:
             if self.record.internal_error is None:  # a crash before the session is an ERROR, not an interruption
                 self.record.interrupted = True
                 self.record.interruption = self.record.interruption or "interrupted before the checks started"
             self.write_reports()
             self._finished.set()
         self.signals.restore()
-        if self.directory is not None:
+        if self.files.directory is not None:
             self._make_private()
-            self.directory.release()
+            self.files.release()
 
     def _make_private(self) -> None:
         """This run's files 0600 (the reports, the JUnit file when it lies in the report directory), its own
         folder's tree 0700/0600; nothing else there is re-moded (the user's files beside them). The
         Prometheus textfile, read by an exporter that may run as another user, is left as written."""
         xml = self.config.getoption("xmlpath", default=None)
-        inside = [Path(xml)] if xml and Path(os.path.abspath(xml)).parent == self.report_dir else []
-        make_private(self.report_dir, also=inside)
+        self.files.make_private([Path(xml)] if xml and Path(os.path.abspath(xml)).parent == self.report_dir else [])
 
     # -- the report ------------------------------------------------------------------------
 
@@ -256,7 +249,3 @@ def _plain(value: Any) -> Any:
         return [_plain(v) for v in value]
     return str(value)
 
-
-def _raised_in(exc: BaseException, filename: str) -> bool:
-    """True when ``exc`` was raised from a frame in a file of that name."""
-    return any(frame.filename.endswith(filename) for frame in traceback.extract_tb(exc.__traceback__))

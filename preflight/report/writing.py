@@ -1,5 +1,5 @@
-"""Writing a run's report files: ``preflight.json`` then ``preflight.html``, atomically, once, from any
-thread, and the line log's last line.
+"""Writing a run's report files: the report directory owned for the run, ``preflight.json`` then
+``preflight.html`` atomically, once, from any thread, the line log, and the files made private at the end.
 
 The report is built once (the collector's ``build``), redacted once (:func:`redacted`: every string of
 its JSON form), and every writer reads that one :class:`Report`. A write that fails (a full disk, a
@@ -20,6 +20,7 @@ from typing import Any
 from preflight.report.document import Report
 from preflight.report.html import render_html
 from preflight.report.model import RunRecord
+from preflight.report.ownership import ReportDirectory, make_private
 from preflight.report.redact import redact_obj
 from preflight.report.watchdog import signals_held
 from preflight.report.writer import LineLog, dump_json, printable, write_atomic
@@ -60,12 +61,28 @@ class ReportFiles:
         self.report: Report | None = None
         self.written: list[Path] = []
         self.write_error: str | None = None
+        self.directory: ReportDirectory | None = None
         self._lock = threading.Lock()
         self._lines_finished = False
 
-    def open_lines(self) -> None:
-        """Start the line log (one JSON line per finished check)."""
+    def open(self, others: list[Path]) -> None:
+        """Own the report directory (``DirectoryInUse`` when another run does; ``NotPreflights`` or an
+        ``OSError`` when it cannot be used), remove what an earlier run left there (its fixed names and
+        ``others``: this run's JUnit and Prometheus files), and start the line log."""
+        directory = ReportDirectory(self.report_dir)
+        directory.acquire()
+        self.directory = directory
+        directory.clear_previous(others)
         self.lines = LineLog(self.report_dir / LINES_NAME)
+
+    def make_private(self, also: list[Path]) -> None:
+        """This run's files 0600 (and ``also``), its own folder's tree 0700/0600; nothing else is re-moded."""
+        make_private(self.report_dir, also=also)
+
+    def release(self) -> None:
+        """Let the next run into the report directory."""
+        if self.directory is not None:
+            self.directory.release()
 
     def line(self, record: dict[str, Any]) -> None:
         if self.lines is not None:
