@@ -17,7 +17,9 @@ from preflight.outcome import RunVerdict, Status, run_verdict
 from preflight.report.document import CheckResult, NodeFacts, Report, RunError, RunInfo, RunSelection
 from preflight.report.selection import Selection
 
-__all__ = ["CheckResult", "Lead", "RunError", "RunRecord", "build_report", "leading_problem"]
+__all__ = ["ERROR_CODE", "INTERNAL_ERROR_CODE", "INTERRUPTED_CODE", "NO_CHECK_FINISHED_CODE", "SCHEMA_VERSION",
+           "SUPPORTED_SCHEMA_VERSIONS", "CheckResult", "Lead", "RunError", "RunRecord", "build_report",
+           "leading_problem"]  # CheckResult and RunError are defined in report.document, beside the Report holding them
 
 SCHEMA_VERSION = "2.1"  # 2.1: the run verdict ERROR and run.error; 2.0: the node model's sections
 SUPPORTED_SCHEMA_VERSIONS = ("2.0", "2.1")
