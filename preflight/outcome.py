@@ -35,9 +35,14 @@ class Status(str, enum.Enum):
         list of checks or problems sorts by it."""
         return _RANK[self]
 
+    @property
+    def is_problem(self) -> bool:
+        """WARN and worse: what the verdict block, the HTML and the JSON's ``problems`` list."""
+        return _RANK[self] >= _RANK[Status.WARN]
+
 
 _RANK = {Status.PASS: 0, Status.SKIP: 1, Status.WARN: 2, Status.ERROR: 3, Status.FAIL: 4}
-PROBLEM_STATUSES = tuple(sorted((s for s in Status if s.rank >= _RANK[Status.WARN]), key=lambda s: -s.rank))
+PROBLEM_STATUSES = tuple(sorted((s for s in Status if s.is_problem), key=lambda s: -s.rank))
 """The statuses that are problems (WARN and worse), worst first: FAIL, ERROR, WARN."""
 
 
@@ -50,6 +55,11 @@ class RunVerdict(str, enum.Enum):
     NOT_READY = "NOT READY"
     ERROR = "ERROR"
 
+    @property
+    def rank(self) -> int:
+        """Severity, for lists of nodes worst first: NOT READY > ERROR (not judged) > DEGRADED > READY."""
+        return _VERDICT_RANK[self]
+
     def exit_code(self, *, strict: bool = False) -> int:
         """0 ready or degraded (1 for degraded with ``strict``), 1 not ready, 2 could not judge."""
         if self is RunVerdict.ERROR:
@@ -59,6 +69,7 @@ class RunVerdict(str, enum.Enum):
         return EXIT_OK
 
 
+_VERDICT_RANK = {RunVerdict.READY: 0, RunVerdict.DEGRADED: 1, RunVerdict.ERROR: 2, RunVerdict.NOT_READY: 3}
 RUN_VERDICTS = tuple(v.value for v in RunVerdict)
 """Every run verdict as the report spells it, best first: the one order every writer uses."""
 

@@ -29,10 +29,11 @@ from preflight.options import argparse_kwargs
 from preflight.outcome import Status, Verdict, error
 from preflight.parse.quantity import QuantityError
 from preflight.recording import STATE_KEY, CheckState, Recorder, apply_to_report, verdict_for_phase
-from preflight.report.collector import HTML_NAME, JSON_NAME, ReportCollector
+from preflight.report.collector import ReportCollector
 from preflight.report.model import CheckResult
 from preflight.report.redact import redact_text
 from preflight.report.run_result import RunResult, run_result
+from preflight.report.writing import HTML_NAME, JSON_NAME
 from preflight.settings import OPTIONS, Settings
 from preflight.stash import COLLECTOR_KEY, SETTINGS_KEY, collector_of, node_for
 
@@ -71,8 +72,7 @@ class PreflightRun:
         collector = self._collector
         if collector is None or collector.report is None:
             return None
-        return run_result(collector.report, exit_code=int(collector.report["run"]["exit_code"]),
-                          report_dir=collector.report_dir, json_name=JSON_NAME, html_name=HTML_NAME,
+        return run_result(collector.report, report_dir=collector.report_dir, json_name=JSON_NAME, html_name=HTML_NAME,
                           written=collector.written, write_error=collector.write_error, shown=collector.shown)
 
 

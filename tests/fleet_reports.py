@@ -46,7 +46,7 @@ def node_facts(host: str, gpu_name: str | None = None, gpus: int = 0) -> dict[st
 
 def make_report(host: str, checks: list[tuple[str, Verdict]], *, gpu_name: str | None = None, gpus: int = 0,
                 profile: str = "quick", interrupted: str | None = None) -> dict[str, Any]:
-    """A report as preflight writes it, with ``checks`` given as (name, verdict)."""
+    """A report's JSON as preflight writes it, with ``checks`` given as (name, verdict)."""
     record = RunRecord(argv=["preflight", "--profile", profile])
     for name, verdict in checks:
         nodeid = f"test_{name}.py::test_{name}"
@@ -57,7 +57,7 @@ def make_report(host: str, checks: list[tuple[str, Verdict]], *, gpu_name: str |
         record.interrupted, record.interruption = True, interrupted
     verdict = record.verdict().value
     return build_report(record, node=node_facts(host, gpu_name, gpus), environment={},
-                        options={"profile": profile}, exit_code=RunVerdict(verdict).exit_code())
+                        options={"profile": profile}, exit_code=RunVerdict(verdict).exit_code()).to_json()
 
 
 def busbw_check(value: float, run: str = "p2p", **more_runs: float) -> tuple[str, Verdict]:

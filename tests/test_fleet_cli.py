@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from preflight.report.document import Report
 from preflight.report.oneline import format_oneline
 from tests.test_cli import preflight as run_preflight
 
@@ -20,7 +21,7 @@ def test_oneline_is_the_last_line_and_names_the_failing_check(tmp_path):
     assert result.returncode == 1 and report["verdict"] == "NOT READY", result.stdout + result.stderr
     last = result.stdout.rstrip("\n").splitlines()[-1]
     code = next(c["code"] for c in report["checks"] if c["status"] == "FAIL")
-    assert last == format_oneline(report) and last.startswith(f"NOT READY: {code}") and len(last) <= 80
+    assert last == format_oneline(Report.from_json(report)) and last.startswith(f"NOT READY: {code}") and len(last) <= 80
     assert 'preflight_check_problem_info{check="test_devices.py::' in (tmp_path / "node.prom").read_text()
 
 

@@ -9,6 +9,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from preflight.outcome import Metric, error, fail, passed
+from preflight.report.document import Report
 from preflight.report.oneline import MAX_LENGTH, format_oneline
 from preflight.report.prometheus import PrometheusPathError, family_name, prometheus_path, write_prometheus
 from tests.conftest import validate_report
@@ -30,39 +31,40 @@ def value(found: dict[str, list], family: str, **labels: str) -> float:
 
 
 def test_a_ready_node_is_one_word():
-    assert format_oneline(make_report("n1", [ddp_check()])) == "READY"
+    assert format_oneline(Report.from_json(make_report("n1", [ddp_check()]))) == "READY"
 
 
 def test_the_worst_problem_comes_first_with_a_count_of_the_others():
     report = make_report("n1", [slow_p2p(), hung_ddp(), ("x", error("probe crashed", code="PROBE_CRASHED"))])
     validate_report(report)
-    line = format_oneline(report)
+    line = format_oneline(Report.from_json(report))
     assert line.startswith("NOT READY: DDP_RANK_HUNG (+2 more) - ddp: rank 3 hung")
     assert len(line) <= MAX_LENGTH
 
 
 def test_a_degraded_node_names_its_warning():
-    assert format_oneline(make_report("n1", [ddp_check(), slow_p2p()])).startswith("DEGRADED: NCCL_P2P_SLOW - P2P")
+    line = format_oneline(Report.from_json(make_report("n1", [ddp_check(), slow_p2p()])))
+    assert line.startswith("DEGRADED: NCCL_P2P_SLOW - P2P")
 
 
 @pytest.mark.parametrize("limit", [80, 40, 30])
 def test_the_line_never_exceeds_its_limit_and_never_cuts_the_code(limit):
     long_summary = "rank 7 hung " + "waiting " * 40
     report = make_report("n1", [("ddp_step", fail("DDP_RANK_HUNG", long_summary, "fix it"))])
-    line = format_oneline(report, limit)
+    line = format_oneline(Report.from_json(report), limit)
     assert len(line) <= limit and "DDP_RANK_HUNG" in line and "\n" not in line
     assert line.isascii()
 
 
 def test_non_ascii_and_newlines_become_safe_characters():
     report = make_report("n1", [("gpu", fail("GPU_HOT", "GPU 3 at 95 °C\nthrottling", "cool it"))])
-    line = format_oneline(report)
+    line = format_oneline(Report.from_json(report))
     assert line == "NOT READY: GPU_HOT - GPU 3 at 95 ?C throttling"
 
 
 def test_an_interrupted_run_without_a_failing_check_says_so():
     report = make_report("n1", [ddp_check()], interrupted="overall --timeout of 50 s reached")
-    assert format_oneline(report) == "NOT READY: RUN_INTERRUPTED - overall --timeout of 50 s reached"
+    assert format_oneline(Report.from_json(report)) == "NOT READY: RUN_INTERRUPTED - overall --timeout of 50 s reached"
 
 
 # -- --prometheus ---------------------------------------------------------------------------------
@@ -73,7 +75,7 @@ def textfile(tmp_path):
     report = make_report("n1", [busbw_check(231.5, "p2p", nop2p=25.0), ddp_check(0.031), slow_p2p()],
                          gpu_name="NVIDIA H100 80GB HBM3", gpus=8)
     path = tmp_path / "preflight.prom"
-    write_prometheus(report, path)
+    write_prometheus(Report.from_json(report), path)
     return path
 
 
@@ -110,7 +112,7 @@ def test_a_metric_recorded_by_a_check_added_later_shows_up_without_a_change(tmp_
     check = ("new_area", passed("fine", metrics=(Metric("h2d_bandwidth", 24.1, "GB/s", {"gpu": "gpu3", "check": "x"}),
                                                  Metric("driver_ok", True), Metric("driver_name", "open"))))
     path = tmp_path / "n.prom"
-    write_prometheus(make_report("n1", [check]), path)
+    write_prometheus(Report.from_json(make_report("n1", [check])), path)
     found = samples(path)
     assert value(found, "preflight_h2d_bandwidth_gigabytes_per_second", gpu="gpu3", metric_check="x") == 24.1
     assert value(found, "preflight_driver_ok") == 1
@@ -145,7 +147,7 @@ def test_no_family_repeats_its_unit(tmp_path) -> None:
                            mem_available_bytes=1 << 39, cgroup_memory_limit_bytes=None)
     verdict = judge_cpu_memory(facts, ranks=8)
     path = tmp_path / "n.prom"
-    write_prometheus(make_report("n1", [("host", verdict)]), path)
+    write_prometheus(Report.from_json(make_report("n1", [("host", verdict)])), path)
     names = [name for name in samples(path) if name.startswith("preflight_")]
     assert "preflight_cpu_cores_per_rank" in names and "preflight_ram_bytes_per_rank" in names
     for name in names:
@@ -162,7 +164,7 @@ def test_the_path_must_be_a_prom_file(text):
 
 def test_a_missing_directory_is_created(tmp_path):
     path = prometheus_path(str(tmp_path / "textfile" / "preflight.prom"))
-    write_prometheus(make_report("n1", [ddp_check()]), path)
+    write_prometheus(Report.from_json(make_report("n1", [ddp_check()])), path)
     assert "preflight_verdict" in path.read_text()
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from preflight.outcome import Metric, Verdict, View, fail, passed, skip, warn
+from preflight.report.document import Report
 from preflight.report.html import render_html
 from preflight.report.model import CheckResult, RunRecord, build_report
 from tests.conftest import validate_report
@@ -118,7 +119,7 @@ window.addEventListener("load", function () {
 FRAME = '<iframe data-width="%(width)d" src="preflight.html" style="width:%(width)dpx;height:%(height)dpx"></iframe>'
 
 
-def eight_gpu_report() -> dict[str, Any]:
+def eight_gpu_report() -> Report:
     """A report as an 8-GPU H100 node writes it: the node block from the node model over the fake
     machine, per-GPU checks with their real ids, problems whose fixes quote commands, byte metrics,
     a topology matrix and a wide table view."""
@@ -167,7 +168,7 @@ def eight_gpu_report() -> dict[str, Any]:
     environment = {"NCCL_DEBUG": "WARN", "CUDA_VISIBLE_DEVICES": "0,1,2,3,4,5,6,7",
                    "PYTHONPATH": "/home/ubuntu/src/llama-recipes/src:/home/ubuntu/src/llama-recipes"}
     report = build_report(record, node=node, environment=environment, options={"profile": "quick"}, exit_code=1)
-    validate_report(report)
+    validate_report(report.to_json())
     return report
 
 

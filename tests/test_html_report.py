@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from preflight.report.document import NodeFacts
 from preflight.report.html import format_bytes, format_metric, format_time, gpu_rows, headline, inline_code, label
 
 
@@ -45,9 +46,9 @@ def test_headline_names_models_driver_cuda_torch_and_ranks() -> None:
              "nvlinks_present": 0}
     node = {"gpus": {"driver_version": "535.104.05", "cuda_driver_version": "12.2", "gpus": [gpu, gpu, other]},
             "torch": {"version": "2.13.0+cu126", "cuda": "12.6", "nccl": "2.27.3"}, "job": {"ranks": 3, "on_gpu": True}}
-    assert headline(node) == ["2 × NVIDIA A100-SXM4-80GB", "1 × NVIDIA A100-PCIE-40GB", "driver 535.104.05",
+    assert headline(NodeFacts(node)) == ["2 × NVIDIA A100-SXM4-80GB", "1 × NVIDIA A100-PCIE-40GB", "driver 535.104.05",
                               "CUDA 12.2 (driver)", "torch 2.13.0+cu126 (CUDA 12.6, NCCL 2.27.3)", "3 ranks on GPUs"]
-    assert headline({}) == []
+    assert headline(NodeFacts({})) == []
     rows = gpu_rows([gpu, other])
     assert rows[0]["Memory used / total"] == "0 B / 85.9 GB" and rows[0]["Temp."] == "30 °C"
     assert rows[0]["PCIe now (max)"] == "Gen4 x16" and rows[1]["PCIe now (max)"] == "Gen3 x16 (Gen4 x16)"

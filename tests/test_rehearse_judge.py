@@ -308,7 +308,8 @@ def test_a_rehearsal_section_validates_against_the_shipped_schema(tmp_path):
                                              "gpus": {"backend": "nvml", "driver_version": None, "error": "NVML_ERROR_LIBRARY_NOT_FOUND",
                                                       "job_sees": "no GPU", "gpus": []}},
                           environment={}, options={}, exit_code=0, sections={"rehearsal": session.section(),
-                                                                             "checks": "never replaces a core key"})
+                                                                             "checks": "never replaces a core key"}
+                          ).to_json()
     assert isinstance(report["checks"], list) and report["rehearsal"]["sizes"][2]["status"] == "NOT RUN"
     validate_report(report)
     assert first_problem(report) is None

@@ -4,6 +4,7 @@ it found a fault, is never READY in any output, and exits 2 naming the cause."""
 from __future__ import annotations
 
 import json
+from typing import Any
 from pathlib import Path
 
 import pytest
@@ -11,10 +12,11 @@ import pytest
 from preflight.commands import merge, report
 from preflight.errors import EXIT_NOT_READY, EXIT_OK, EXIT_USAGE
 from preflight.outcome import RUN_VERDICTS, RunVerdict, Status, fail, passed, run_verdict, warn
+from preflight.report.document import Report
 from preflight.report.fleet import NodeReport, build_fleet
 from preflight.report.fleet_html import render_fleet_html
 from preflight.report.html import render_html
-from preflight.report.model import CheckResult, RunRecord, build_report, headline
+from preflight.report.model import CheckResult, RunRecord, build_report
 from preflight.report.oneline import format_oneline
 from preflight.report.prometheus import run_families
 from preflight.report.terminal import verdict_block
@@ -34,9 +36,9 @@ def _record(*verdicts: tuple[str, Status], collected: int | None = None) -> RunR
     return record
 
 
-def _report(record: RunRecord) -> dict[str, object]:
+def _report(record: RunRecord) -> dict[str, Any]:
     data = build_report(record, node=node_facts("node-1"), environment={}, options={},
-                        exit_code=record.verdict().exit_code())
+                        exit_code=record.verdict().exit_code()).to_json()
     validate_report(data)
     assert first_problem(data) is None
     return data
@@ -56,8 +58,8 @@ def test_no_check_finished_is_an_error_never_ready() -> None:
     error = record.error()
     assert error is not None and error.code == "NO_CHECK_FINISHED" and "Not a directory" in error.summary
     data = _report(record)
-    assert data["verdict"] == "ERROR" and data["run"]["exit_code"] == EXIT_USAGE  # type: ignore[index]
-    assert headline(data) == "ERROR: NO_CHECK_FINISHED"
+    assert data["verdict"] == "ERROR" and data["run"]["exit_code"] == EXIT_USAGE
+    assert Report.from_json(data).headline == "ERROR: NO_CHECK_FINISHED"
 
 
 def test_a_session_with_nothing_collected_names_the_selection() -> None:
@@ -85,7 +87,7 @@ def test_an_interrupted_run_stays_not_ready() -> None:
 def test_every_writer_says_error() -> None:
     record = _record(collected=2)
     record.internal_error = "OSError: [Errno 30] Read-only file system"
-    data = _report(record)
+    data = Report.from_json(_report(record))
     line = format_oneline(data)
     assert line.startswith("ERROR: NO_CHECK_FINISHED - no check finished: OSError") and len(line) <= 80
     html = render_html(data)
@@ -113,7 +115,7 @@ def test_report_oneline_exits_2_and_merge_counts_the_node_not_judged(tmp_path: P
     assert fleet["verdicts"] == {"READY": 1, "DEGRADED": 0, "NOT READY": 0, "ERROR": 1}
     assert fleet["not_judged"] == ["node-1"] and fleet["not_ready"] == []
     assert "1 ERROR" in capsys.readouterr().out
-    html = render_fleet_html(build_fleet([NodeReport("node-1", "broken.json", json.loads(broken.read_text()))]))
+    html = render_fleet_html(build_fleet([NodeReport("node-1", "broken.json", Report.from_json(json.loads(broken.read_text())))]))
     assert "badge ERROR" in html
 
 

@@ -20,9 +20,9 @@ import pytest
 from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.torchrun import RankProgress, launch_status
 from preflight.outcome import fail, skip, warn
+from preflight.report.document import Report
 from preflight.report.html import render_html
 from preflight.report.live import live_text, phase_line
-from preflight.report.model import headline
 from preflight.report.oneline import format_oneline
 from preflight.report.selection import Selection
 from preflight.report.terminal import (
@@ -75,32 +75,34 @@ def test_the_strict_reader_refuses_a_selection_it_does_not_know():
 
 def test_a_partial_run_says_how_much_it_covered_everywhere():
     report = partial(make_report("n1", [ddp_check()]), 1, 45)
-    assert headline(report) == "READY: 1 of 45 checks selected"
-    assert format_oneline(report) == "READY: 1 of 45 checks selected"
-    page = render_html(report)  # the heading is the verdict and its worst problem, the coverage beside it
+    typed = Report.from_json(report)
+    assert typed.headline == "READY: 1 of 45 checks selected"
+    assert format_oneline(typed) == "READY: 1 of 45 checks selected"
+    page = render_html(typed)  # the heading is the verdict and its worst problem, the coverage beside it
     assert "<h1>READY</h1>" in page and "· 1 of 45 checks selected (-k ddp)" in page
-    block = verdict_block(report, written=[], width=80)
+    block = verdict_block(typed, written=[], width=80)
     assert block[-1] == "READY: 1 of 45 checks selected (-k ddp)"
 
 
 def test_a_whole_run_reads_as_before():
     report = partial(make_report("n1", [ddp_check()]), 45, 45, keyword=None)
-    assert headline(report) == format_oneline(report) == "READY"
-    assert "<h1>READY</h1>" in render_html(report)
+    typed = Report.from_json(report)
+    assert typed.headline == format_oneline(typed) == "READY"
+    assert "<h1>READY</h1>" in render_html(typed)
 
 
 def test_a_partial_run_with_a_problem_keeps_the_code_first():
     report = partial(make_report("n1", [ddp_check(), slow_p2p()]), 2, 45)
-    assert format_oneline(report).startswith("DEGRADED: NCCL_P2P_SLOW (2 of 45 checks selected) - P2P")
+    assert format_oneline(Report.from_json(report)).startswith("DEGRADED: NCCL_P2P_SLOW (2 of 45 checks selected) - P2P")
 
 
 def test_an_interrupted_run_names_the_interruption_not_a_warning_and_counts_what_did_not_run():
     report = make_report("n1", [ddp_check(), slow_p2p()], interrupted="interrupted by the user (Ctrl-C)")
     report["not_run"] = [f"test_x.py::test_{n}" for n in range(12)]
-    line = format_oneline(report)
+    line = format_oneline(Report.from_json(report))
     assert line == "NOT READY: RUN_INTERRUPTED (+1 more) - 12 checks did not run (interrupted by..."
     assert "NCCL_P2P_SLOW" not in line and len(line) <= 80
-    block = verdict_block(report, written=[], width=80)
+    block = verdict_block(Report.from_json(report), written=[], width=80)
     assert "not run: 12 checks (interrupted by the user (Ctrl-C))" in block and block[-1] == "NOT READY"
 
 
@@ -193,7 +195,7 @@ def test_the_verdict_block_lists_each_problem_with_its_fix_and_ends_with_the_ver
                                                               long_fix)),
                                 ("ddp_hang", fail("DDP_RANK_HUNG", "rank 3 hung", "Re-run with NCCL_DEBUG=INFO")),
                                 ("ecc", skip("no GPU"))])
-    block = verdict_block(report, written=[tmp_path / "preflight.json"], width=80)
+    block = verdict_block(Report.from_json(report), written=[tmp_path / "preflight.json"], width=80)
     assert block[0] == RULE and block[-1] == "NOT READY"
     assert all(len(line) <= 80 for line in block)
     text = "\n".join(block)
@@ -201,7 +203,7 @@ def test_the_verdict_block_lists_each_problem_with_its_fix_and_ends_with_the_ver
     assert "      fix: Re-run with NCCL_DEBUG=INFO" in block
     assert "checks: 1 PASS, 1 SKIP, 1 WARN, 1 FAIL" in block and "reports: preflight.json" in block
     assert sum("NOT READY" in line for line in block) == 1
-    quiet = verdict_block(report, written=[], width=80, quiet=True)
+    quiet = verdict_block(Report.from_json(report), written=[], width=80, quiet=True)
     assert not any(line.strip().startswith("fix:") for line in quiet)
 
 

@@ -14,12 +14,13 @@ from __future__ import annotations
 import argparse
 import sys
 from pathlib import Path
-from typing import Any
 
 from preflight.errors import EXIT_NOT_READY, EXIT_OK, UsageError
 from preflight.inputs import STDIN, shown
 from preflight.options import UsageParser
-from preflight.report.fleet import NodeReport, build_fleet, unique_names
+from preflight.report.document import Report
+from preflight.outcome import RunVerdict
+from preflight.report.fleet import NodeReport, Skipped, build_fleet, unique_names
 from preflight.report.fleet_html import render_fleet_html
 from preflight.report.saved import UnreadableReport, load_report
 from preflight.report.writer import dump_json, write_atomic
@@ -39,15 +40,15 @@ def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
     if args.reports.count(STDIN) > 1:
         raise UsageError("'-' (standard input) can be given only once")
-    loaded: list[tuple[str, dict[str, Any]]] = []
-    skipped: list[dict[str, str]] = []
+    loaded: list[tuple[str, Report]] = []
+    skipped: list[Skipped] = []
     for path in args.reports:
         try:
             loaded.append((path, load_report(path)))
         except UnreadableReport as exc:
             if len(args.reports) == 1:
                 raise UsageError(str(exc)) from None
-            skipped.append({"source": shown(path), "reason": str(exc)})
+            skipped.append(Skipped(shown(path), str(exc)))
             print(f"preflight: skipped: {exc}", file=sys.stderr)
     if not loaded:
         raise UsageError(f"none of the {len(args.reports)} reports could be read (each one is named above)")
@@ -56,23 +57,24 @@ def main(argv: list[str]) -> int:
     fleet = build_fleet(nodes, skipped=skipped)
     json_path, html_path = args.out / "fleet.json", args.out / "fleet.html"
     try:
-        write_atomic(json_path, dump_json(fleet))
+        write_atomic(json_path, dump_json(fleet.to_json()))
         write_atomic(html_path, render_fleet_html(fleet))
     except OSError as exc:
         raise UsageError(f"cannot write the fleet report to {args.out}: {exc.strerror or exc}") from None
-    counts = ", ".join(f"{n} {v}" for v, n in fleet["verdicts"].items() if n or v != "ERROR")  # ERROR: when seen
-    outliers = fleet["suspect"]
+    counts = ", ".join(f"{n} {v.value}" for v, n in fleet.verdicts.items()
+                       if n or v is not RunVerdict.ERROR)  # ERROR: when seen
+    outliers = fleet.suspect
     suspect = f", {len(outliers)} bandwidth outlier(s): {', '.join(outliers)}" if outliers else ""
     unread = f" ({len(skipped)} unreadable report(s) skipped)" if skipped else ""
     print(f"fleet: {len(names)} nodes: {counts}{suspect}{unread}")
     print(f"reports: {json_path}, {html_path}")
-    return EXIT_NOT_READY if fleet["not_ready"] or fleet["not_judged"] or fleet["suspect"] else EXIT_OK
+    bad = fleet.with_verdict(RunVerdict.NOT_READY) or fleet.with_verdict(RunVerdict.ERROR) or outliers
+    return EXIT_NOT_READY if bad else EXIT_OK
 
 
-def _hostname(report: dict[str, Any], path: str) -> str:
+def _hostname(report: Report, path: str) -> str:
     """The node's hostname, or the file's name when the report does not give one as text."""
-    node = report.get("node")
-    hostname = node.get("hostname") if isinstance(node, dict) else None
-    if isinstance(hostname, str) and hostname.strip():
+    hostname = report.node.hostname
+    if hostname is not None and hostname.strip():
         return hostname
     return "stdin" if path == STDIN else Path(path).stem

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
 
 import jinja2
 
@@ -22,8 +21,8 @@ from preflight.errors import EXIT_NOT_READY, EXIT_OK, UsageError
 from preflight.inputs import STDIN, shown
 from preflight.options import UsageParser
 from preflight.outcome import RunVerdict
+from preflight.report.document import Report
 from preflight.report.html import render_html
-from preflight.report.model import headline
 from preflight.report.oneline import format_oneline
 from preflight.report.saved import UnreadableReport, load_report
 from preflight.report.writer import write_atomic
@@ -41,13 +40,12 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def exit_code(report: dict[str, Any]) -> int:
+def exit_code(report: Report) -> int:
     """The run's exit code as its verdict gives it (a hand-edited ``exit_code`` does not turn NOT READY or
     ERROR into 0); DEGRADED keeps the run's own (1 when it ran with --strict)."""
-    verdict = RunVerdict(report["verdict"])
-    if verdict is RunVerdict.DEGRADED:
-        return EXIT_NOT_READY if report["run"].get("exit_code") == EXIT_NOT_READY else EXIT_OK
-    return verdict.exit_code()
+    if report.verdict is RunVerdict.DEGRADED:
+        return EXIT_NOT_READY if report.run.exit_code == EXIT_NOT_READY else EXIT_OK
+    return report.verdict.exit_code()
 
 
 def main(argv: list[str]) -> int:
@@ -75,5 +73,5 @@ def main(argv: list[str]) -> int:
         write_atomic(out, html)
     except OSError as exc:
         raise UsageError(f"cannot write {out}: {exc.strerror or exc}") from None
-    print(f"{headline(report)}  report: {shown(str(out))}")
+    print(f"{report.headline}  report: {shown(str(out))}")
     return exit_code(report)

@@ -171,7 +171,8 @@ class RehearsalSession:
             return []
         collector = self.config.stash.get(COLLECTOR_KEY, None)
         written = collector.report if collector is not None else None
-        section = (written or {}).get(SECTION) or redact_obj(gathered_sections(self.config).get(SECTION))
+        section = ((written.sections.get(SECTION) if written is not None else None)
+                   or redact_obj(gathered_sections(self.config).get(SECTION)))
         return terminal_lines(section) if section else []
 
     def status(self) -> LaunchStatus | None:

@@ -7,7 +7,7 @@ import shlex
 from typing import Any
 
 from preflight.judge.rehearse import human_bytes, human_seconds
-from preflight.outcome import View
+from preflight.outcome import PROBLEM_STATUSES, View
 
 
 def _num(value: Any, digits: int = 3) -> str:
@@ -121,7 +121,8 @@ def table_view(section: dict[str, Any]) -> View:
     cols = columns(section)
     sizes = section.get("sizes", [])
     rows = [[cells(size, section.get("baseline_ranks"))[key] for key, _ in cols] for size in sizes]
-    highlight = [i for i, size in enumerate(sizes) if size.get("status") in ("FAIL", "ERROR", "WARN")]
+    problem = {status.value for status in PROBLEM_STATUSES}
+    highlight = [i for i, size in enumerate(sizes) if size.get("status") in problem]
     legend = "* batches/s = steps/s x ranks"
     if section.get("communication"):
         legend += "; + predicted, see the evidence"

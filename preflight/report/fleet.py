@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import statistics
 from collections import Counter
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import Any
 
 import preflight
-from preflight import outcome
-from preflight.outcome import RUN_VERDICTS, RunVerdict
-from preflight.report.model import problems as ordered_problems
+from preflight.outcome import RunVerdict, Status
+from preflight.report.document import NodeFacts, Report
 
 FLEET_SCHEMA_VERSION = "1.0"
 BANDWIDTH_UNIT = "GB/s"
@@ -29,7 +29,6 @@ LOW_FRACTION = 0.8
 MAD_K = 3.0
 MAD_SCALE = 1.4826
 MAD_FLOOR_FRACTION = 0.9
-PROBLEM_STATUSES = tuple(status.value for status in outcome.PROBLEM_STATUSES)
 RULE = (f"per GPU kind and bandwidth metric, with at least {MIN_PEERS} nodes: a node is an outlier when its value "
         f"is below {LOW_FRACTION:.0%} of the median, or below median - {MAD_K:g} x MAD (MAD x {MAD_SCALE}) and "
         f"below {MAD_FLOOR_FRACTION:.0%} of the median")
@@ -41,40 +40,37 @@ class NodeReport:
 
     name: str
     source: str
-    report: dict[str, Any]
+    report: Report
 
 
-def gpu_kind(node: dict[str, Any]) -> str:
+def gpu_kind(node: NodeFacts) -> str:
     """The GPU model(s) NVML listed (``NVIDIA H100 80GB HBM3``), ``no GPU`` when none are known."""
-    section = node.get("gpus")
+    section = node.facts.get("gpus")
     gpus = section.get("gpus") if isinstance(section, dict) else section if isinstance(section, list) else None
     names = sorted({str(g.get("name")) for g in gpus or [] if isinstance(g, dict) and g.get("name")})
     if names:
         return " + ".join(names)
-    torch_section = node.get("torch")
-    device_count = torch_section.get("device_count") if isinstance(torch_section, dict) else None
-    return "CUDA GPU (model unknown)" if device_count else "no GPU"
+    return "CUDA GPU (model unknown)" if node.section("torch").get("device_count") else "no GPU"
 
 
-def gpu_count(node: dict[str, Any]) -> int | None:
+def gpu_count(node: NodeFacts) -> int | None:
     """GPUs listed by NVML, else counted by torch, else None."""
-    section = node.get("gpus")
+    section = node.facts.get("gpus")
     gpus = section.get("gpus") if isinstance(section, dict) else section if isinstance(section, list) else None
     if isinstance(gpus, list):
         return len(gpus)
-    torch = node.get("torch")
-    return torch.get("device_count") if isinstance(torch, dict) else None
+    count = node.section("torch").get("device_count")
+    return count if isinstance(count, int) else None
 
 
-def bandwidth_metrics(report: dict[str, Any]) -> dict[tuple[str, str, tuple[tuple[str, str], ...]], float]:
+def bandwidth_metrics(report: Report) -> dict[tuple[str, str, tuple[tuple[str, str], ...]], float]:
     """(check id, metric name, labels) -> value for every numeric metric measured in GB/s."""
     found = {}
-    for check in report.get("checks", []):
-        for metric in check.get("metrics", []):
-            value = metric.get("value")
-            if metric.get("unit") == BANDWIDTH_UNIT and isinstance(value, (int, float)) and not isinstance(value, bool):
-                key = (check["id"], metric["name"], tuple(sorted((metric.get("labels") or {}).items())))
-                found[key] = float(value)
+    for check in report.checks:
+        for metric in check.verdict.metrics:
+            value = metric.value
+            if metric.unit == BANDWIDTH_UNIT and isinstance(value, (int, float)) and not isinstance(value, bool):
+                found[(check.id, metric.name, tuple(sorted(metric.labels.items())))] = float(value)
     return found
 
 
@@ -90,87 +86,183 @@ def outlier_reason(value: float, median: float, mad: float) -> str | None:
     return None
 
 
-def bandwidth_spread(nodes: list[NodeReport]) -> list[dict[str, Any]]:
-    """Per GPU kind and bandwidth metric: the values, median, MAD, spread and outliers."""
+@dataclass(frozen=True, slots=True)
+class Outlier:
+    """A node whose bandwidth is far below its peers' (``RULE``)."""
+
+    node: str
+    value: float
+    reason: str
+
+    def as_dict(self) -> dict[str, str | float]:
+        return {"node": self.node, "value": self.value, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class BandwidthSpread:
+    """One bandwidth metric of one GPU kind across the nodes that have it."""
+
+    gpu_kind: str
+    check: str
+    metric: str
+    labels: tuple[tuple[str, str], ...]
+    values: Mapping[str, float]  # node name -> value
+    outliers: tuple[Outlier, ...]
+
+    @property
+    def label(self) -> str:
+        """``busbw_peak[run=p2p]``: how a node's row names the metric it is an outlier in."""
+        return self.metric + "".join(f"[{k}={v}]" for k, v in self.labels)
+
+    def as_dict(self) -> dict[str, Any]:
+        numbers = list(self.values.values())
+        median = statistics.median(numbers)
+        return {"gpu_kind": self.gpu_kind, "check": self.check, "metric": self.metric, "labels": dict(self.labels),
+                "unit": BANDWIDTH_UNIT, "nodes": len(numbers), "median": median, "mad": _mad(numbers),
+                "min": min(numbers), "max": max(numbers),
+                "spread": (max(numbers) - min(numbers)) / median if median else None,
+                "values": dict(self.values), "outliers": [o.as_dict() for o in self.outliers]}
+
+
+def _mad(numbers: list[float]) -> float:
+    median = statistics.median(numbers)
+    return statistics.median(abs(v - median) for v in numbers)
+
+
+def bandwidth_spread(nodes: list[NodeReport]) -> list[BandwidthSpread]:
+    """Per GPU kind and bandwidth metric: the values and the outliers among them."""
     series: dict[tuple[str, tuple[str, str, tuple[tuple[str, str], ...]]], dict[str, float]] = {}
     for node in nodes:
-        kind = gpu_kind(node.report.get("node", {}))
+        kind = gpu_kind(node.report.node)
         for key, value in bandwidth_metrics(node.report).items():
             series.setdefault((kind, key), {})[node.name] = value
     rows = []
     for (kind, (check, metric, labels)), values in sorted(series.items()):
         numbers = list(values.values())
-        median = statistics.median(numbers)
-        mad = statistics.median(abs(v - median) for v in numbers)
+        median, mad = statistics.median(numbers), _mad(numbers)
         outliers = []
         if len(numbers) >= MIN_PEERS:
             for name, value in values.items():
                 reason = outlier_reason(value, median, mad)
                 if reason is not None:
-                    outliers.append({"node": name, "value": value, "reason": reason})
-        rows.append({"gpu_kind": kind, "check": check, "metric": metric, "labels": dict(labels), "unit": BANDWIDTH_UNIT,
-                     "nodes": len(numbers), "median": median, "mad": mad, "min": min(numbers), "max": max(numbers),
-                     "spread": (max(numbers) - min(numbers)) / median if median else None,
-                     "values": values, "outliers": outliers})
+                    outliers.append(Outlier(name, value, reason))
+        rows.append(BandwidthSpread(kind, check, metric, labels, values, tuple(outliers)))
     return rows
 
 
-def node_row(node: NodeReport, suspect_for: list[str]) -> dict[str, Any]:
-    """One row of the fleet table."""
-    report = node.report
-    problems = [{"check": c["id"], "title": c.get("title", c["id"]), "status": c["status"], "code": c.get("code"),
-                 "summary": c.get("summary", "")} for c in ordered_problems(report)]
-    facts = report.get("node", {})
-    return {"name": node.name, "source": node.source, "hostname": facts.get("hostname"), "verdict": report["verdict"],
-            "exit_code": report.get("run", {}).get("exit_code"), "started_at": report.get("run", {}).get("started_at"),
-            "profile": report.get("run", {}).get("options", {}).get("profile"), "gpu_kind": gpu_kind(facts),
-            "gpu_count": gpu_count(facts), "summary": report.get("summary", {}), "problems": problems,
-            "interrupted": bool(report.get("run", {}).get("interrupted")), "bandwidth_outlier_in": suspect_for,
-            "error": report.get("run", {}).get("error")}
+@dataclass(frozen=True, slots=True)
+class FleetNode:
+    """One row of the fleet table: a node's report and the metrics it is a bandwidth outlier in."""
+
+    node: NodeReport
+    outlier_in: tuple[str, ...]
+
+    def as_dict(self) -> dict[str, Any]:
+        node, report, run = self.node, self.node.report, self.node.report.run
+        problems = [{"check": c.id, "title": c.title, "status": c.status.value, "code": c.verdict.code,
+                     "summary": c.verdict.summary} for c in report.problems]
+        facts = report.node
+        return {"name": node.name, "source": node.source, "hostname": facts.facts.get("hostname"),
+                "verdict": report.verdict.value, "exit_code": run.exit_code, "started_at": run.started_at,
+                "profile": run.options.get("profile"), "gpu_kind": gpu_kind(facts),
+                "gpu_count": gpu_count(facts), "summary": dict(report.summary), "problems": problems,
+                "interrupted": run.interrupted, "bandwidth_outlier_in": list(self.outlier_in),
+                "error": run.error.as_dict() if run.error is not None else None}
 
 
-def check_matrix(nodes: list[NodeReport]) -> list[dict[str, Any]]:
+@dataclass(frozen=True, slots=True)
+class FleetCheck:
+    """A check seen on some node, with its status on each node (absent where it did not run)."""
+
+    check: str
+    title: str
+    statuses: Mapping[str, Status]
+
+    @property
+    def problem_nodes(self) -> list[str]:
+        return [n for n, s in self.statuses.items() if s.is_problem]
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"check": self.check, "title": self.title, "statuses": {n: s.value for n, s in self.statuses.items()},
+                "problem_nodes": self.problem_nodes}
+
+
+def check_matrix(nodes: list[NodeReport]) -> list[FleetCheck]:
     """Every check seen, with its status on each node (absent where it did not run)."""
     order: dict[str, str] = {}
-    statuses: dict[str, dict[str, str]] = {}
+    statuses: dict[str, dict[str, Status]] = {}
     for node in nodes:
-        for check in node.report.get("checks", []):
-            order.setdefault(check["id"], check.get("title", check["id"]))
-            statuses.setdefault(check["id"], {})[node.name] = check["status"]
-    rows = []
-    for check, title in order.items():
-        by_node = statuses[check]
-        rows.append({"check": check, "title": title, "statuses": by_node,
-                     "problem_nodes": [n for n, s in by_node.items() if s in PROBLEM_STATUSES]})
-    return rows
+        for check in node.report.checks:
+            order.setdefault(check.id, check.title)
+            statuses.setdefault(check.id, {})[node.name] = check.status
+    return [FleetCheck(check_id, title, statuses[check_id]) for check_id, title in order.items()]
 
 
-def build_fleet(nodes: list[NodeReport], skipped: list[dict[str, str]] | None = None) -> dict[str, Any]:
-    """The fleet report as plain JSON data; ``skipped`` lists the inputs that could not be read
-    (``{"source": ..., "reason": ...}``), so the page says that the fleet is not complete."""
+@dataclass(frozen=True, slots=True)
+class Skipped:
+    """An input merge could not read, and why."""
+
+    source: str
+    reason: str
+
+    def as_dict(self) -> dict[str, str]:
+        return {"source": self.source, "reason": self.reason}
+
+
+@dataclass(frozen=True, slots=True)
+class Fleet:
+    """The fleet report (``fleet.json``, ``fleet.html``) of many nodes' reports."""
+
+    nodes: tuple[FleetNode, ...]
+    checks: tuple[FleetCheck, ...]
+    bandwidth: tuple[BandwidthSpread, ...]
+    skipped: tuple[Skipped, ...]
+    created_at: str
+
+    @property
+    def verdicts(self) -> dict[RunVerdict, int]:
+        """How many nodes have each verdict, every verdict listed."""
+        counts = Counter(row.node.report.verdict for row in self.nodes)
+        return {v: counts.get(v, 0) for v in RunVerdict}
+
+    def with_verdict(self, verdict: RunVerdict) -> list[str]:
+        return [row.node.name for row in self.nodes if row.node.report.verdict is verdict]
+
+    @property
+    def suspect(self) -> list[str]:
+        """The nodes that are a bandwidth outlier in some metric, by name."""
+        return sorted({row.node.name for row in self.nodes if row.outlier_in})
+
+    def to_json(self) -> dict[str, Any]:
+        """``fleet.json``."""
+        return {
+            "kind": "preflight-fleet",
+            "schema_version": FLEET_SCHEMA_VERSION,
+            "tool": {"name": "preflight", "version": preflight.__version__},
+            "created_at": self.created_at,
+            "outlier_rule": RULE,
+            "verdicts": {v.value: n for v, n in self.verdicts.items()},
+            "not_ready": self.with_verdict(RunVerdict.NOT_READY),
+            "not_judged": self.with_verdict(RunVerdict.ERROR),
+            "suspect": self.suspect,
+            "nodes": [row.as_dict() for row in self.nodes],
+            "checks": [c.as_dict() for c in self.checks],
+            "bandwidth": [b.as_dict() for b in self.bandwidth],
+            "skipped": [s.as_dict() for s in self.skipped],
+        }
+
+
+def build_fleet(nodes: list[NodeReport], skipped: list[Skipped] | None = None) -> Fleet:
+    """The fleet of ``nodes``; ``skipped`` lists the inputs that could not be read, so the page says that
+    the fleet is not complete."""
     spread = bandwidth_spread(nodes)
     suspects: dict[str, list[str]] = {}
     for row in spread:
-        label = row["metric"] + "".join(f"[{k}={v}]" for k, v in row["labels"].items())
-        for outlier in row["outliers"]:
-            suspects.setdefault(outlier["node"], []).append(label)
-    rows = [node_row(node, suspects.get(node.name, [])) for node in nodes]
-    verdicts = Counter(row["verdict"] for row in rows)
-    return {
-        "kind": "preflight-fleet",
-        "schema_version": FLEET_SCHEMA_VERSION,
-        "tool": {"name": "preflight", "version": preflight.__version__},
-        "created_at": datetime.now(timezone.utc).isoformat(),
-        "outlier_rule": RULE,
-        "verdicts": {v: verdicts.get(v, 0) for v in RUN_VERDICTS},
-        "not_ready": [row["name"] for row in rows if row["verdict"] == RunVerdict.NOT_READY.value],
-        "not_judged": [row["name"] for row in rows if row["verdict"] == RunVerdict.ERROR.value],
-        "suspect": sorted(suspects),
-        "nodes": rows,
-        "checks": check_matrix(nodes),
-        "bandwidth": spread,
-        "skipped": list(skipped or []),
-    }
+        for outlier in row.outliers:
+            suspects.setdefault(outlier.node, []).append(row.label)
+    return Fleet(nodes=tuple(FleetNode(node, tuple(suspects.get(node.name, []))) for node in nodes),
+                 checks=tuple(check_matrix(nodes)), bandwidth=tuple(spread), skipped=tuple(skipped or ()),
+                 created_at=datetime.now(timezone.utc).isoformat())
 
 
 def unique_names(hostnames: list[str], sources: list[str]) -> list[str]:

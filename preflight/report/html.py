@@ -18,8 +18,9 @@ import jinja2
 from markupsafe import Markup, escape
 
 from preflight.codes import kind_of
-from preflight.report.model import is_problem, leading_problem, problems, status_rank, verdict_label
-from preflight.report.selection import selection_flags, selection_note
+from preflight.outcome import Status
+from preflight.report.document import CheckResult, JsonObject, NodeFacts, Report, ordered_problems
+from preflight.report.model import leading_problem
 
 TEMPLATES = Path(__file__).resolve().parent / "templates"
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src data:; base-uri 'none'; form-action 'none'"
@@ -134,23 +135,23 @@ class GpuHealth:
         return bool(self.codes)
 
 
-def gpu_health(checks: list[dict[str, Any]]) -> dict[int, GpuHealth]:
+def gpu_health(checks: tuple[CheckResult, ...]) -> dict[int, GpuHealth]:
     """GPU index (NVML) -> its health, from the checks that name the GPU (``gpu`` in the report)."""
-    found: dict[int, list[dict[str, Any]]] = {}
+    found: dict[int, list[CheckResult]] = {}
     for check in checks:
-        gpu = check.get("gpu")
-        if isinstance(gpu, dict) and isinstance(gpu.get("index"), int):
-            found.setdefault(gpu["index"], []).append(check)
+        index = check.gpu.get("index") if check.gpu is not None else None
+        if isinstance(index, int) and not isinstance(index, bool):
+            found.setdefault(index, []).append(check)
     health = {}
     for index, mine in found.items():
-        bad = problems(mine)
-        codes = tuple(dict.fromkeys(str(c.get("code") or "") for c in bad if c.get("code")))
-        worst = max((str(c["status"]) for c in bad), key=status_rank, default="OK")
-        health[index] = GpuHealth(worst, codes)
+        bad = ordered_problems(mine)
+        codes = tuple(dict.fromkeys(c.verdict.code for c in bad if c.verdict.code))
+        worst = max((c.status for c in bad), key=lambda s: s.rank, default=None)
+        health[index] = GpuHealth(worst.value if worst is not None else "OK", codes)
     return health
 
 
-def gpu_rows(gpus: list[dict[str, Any]], health: dict[int, GpuHealth] | None = None) -> list[dict[str, str]]:
+def gpu_rows(gpus: list[JsonObject], health: dict[int, GpuHealth] | None = None) -> list[dict[str, str]]:
     """The GPU inventory as display rows: readable columns, units in the values, and each GPU's health
     (``FAIL GPU_ROW_REMAP_FAILED``, ``OK``; ``—`` where no per-GPU check ran)."""
     rows = []
@@ -178,28 +179,22 @@ def gpu_rows(gpus: list[dict[str, Any]], health: dict[int, GpuHealth] | None = N
     return rows
 
 
-def _section(mapping: dict[str, Any], key: str) -> dict[str, Any]:
-    value = mapping.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def headline(node: dict[str, Any]) -> list[str]:
+def headline(node: NodeFacts) -> list[str]:
     """The banner's facts: GPU model x count, driver, CUDA, torch, ranks (what is known)."""
     parts: list[str] = []
-    inventory = _section(node, "gpus")
-    gpus = inventory.get("gpus") or []
-    models = Counter(str(g.get("name", "?")) for g in gpus if isinstance(g, dict))
+    inventory = node.section("gpus")
+    models = Counter(str(g.get("name", "?")) for g in node.gpus)
     parts += [f"{count} × {name}" for name, count in models.items()]
     if inventory.get("driver_version"):
         parts.append(f"driver {inventory['driver_version']}")
     if inventory.get("cuda_driver_version"):
         parts.append(f"CUDA {inventory['cuda_driver_version']} (driver)")
-    torch = _section(node, "torch")
+    torch = node.section("torch")
     if torch.get("version"):
         built = ", ".join(x for x in (f"CUDA {torch['cuda']}" if torch.get("cuda") else "",
                                       f"NCCL {torch['nccl']}" if torch.get("nccl") else "") if x)
         parts.append(f"torch {torch['version']}" + (f" ({built})" if built else ""))
-    job = _section(node, "job")
+    job = node.section("job")
     if job.get("ranks"):
         where = "GPUs" if job.get("on_gpu") else "CPU"
         parts.append(f"{job['ranks']} rank{'s' if job['ranks'] != 1 else ''} on {where}")
@@ -225,6 +220,7 @@ def _environment() -> jinja2.Environment:
     env.globals["metric"] = format_metric
     env.globals["dict_without"] = lambda mapping, key: {k: v for k, v in mapping.items() if k != key}
     env.tests["mapping"] = lambda v: isinstance(v, dict)
+    env.tests["problem"] = lambda status: Status(status).is_problem  # a check's status: WARN or worse
     env.tests["table_like"] = lambda v: isinstance(v, list) and bool(v) and all(isinstance(x, dict) for x in v)
     env.tests["matrix_like"] = _matrix_like
     return env
@@ -253,18 +249,18 @@ class Heading:
         return f"{self.verdict}: {self.code}" if self.code else self.verdict
 
 
-def heading(report: dict[str, Any]) -> Heading:
+def heading(report: Report) -> Heading:
     """The verdict and the worst problem (as ``--oneline`` names it), the selection apart."""
     lead = leading_problem(report)
-    note = selection_note(report) or ""
-    flags = selection_flags(report) if note else ""
+    note = report.selection_note or ""
+    flags = report.selection_flags if note else ""
     note = f"{note} ({flags})" if flags else note
     if lead is None:
-        return Heading(verdict_label(report), None, "", "", 0, note)
-    return Heading(verdict_label(report), lead.code, lead.title, lead.summary, lead.more, note)
+        return Heading(report.label, None, "", "", 0, note)
+    return Heading(report.label, lead.code, lead.title, lead.summary, lead.more, note)
 
 
-def topology_view(section: dict[str, Any]) -> dict[str, Any] | None:
+def topology_view(section: JsonObject) -> dict[str, Any] | None:
     """The node's ``topology`` section's link matrix as a matrix view (labelled rows and columns)."""
     labels, links = section.get("gpus"), section.get("links")
     if not (isinstance(labels, list) and isinstance(links, list) and _matrix_like(links)
@@ -274,21 +270,22 @@ def topology_view(section: dict[str, Any]) -> dict[str, Any] | None:
             "data": {"labels": labels, "cells": links}}
 
 
-def render_html(report: dict[str, Any]) -> str:
-    """Render the report dict (as written to JSON) to one HTML document."""
-    checks = report.get("checks", [])
-    found = problems(checks)
+def render_html(report: Report) -> str:
+    """Render the report to one HTML document; the template reads the report's JSON form, the file's
+    values exactly as written."""
+    data = report.to_json()
+    shown = dict(zip((id(c) for c in report.checks), data["checks"], strict=True))
+    checks = data["checks"]
+    found = [shown[id(c)] for c in report.problems]
     groups = [
         ("Needs attention", found, True),
-        ("Skipped", [c for c in checks if c["status"] == "SKIP"], False),
-        ("Passed", [c for c in checks if not is_problem(c) and c["status"] != "SKIP"], False),
+        ("Skipped", [shown[id(c)] for c in report.checks if c.status is Status.SKIP], False),
+        ("Passed", [shown[id(c)] for c in report.checks if not c.is_problem and c.status is not Status.SKIP], False),
     ]
-    node = _section(report, "node")
-    inventory = _section(node, "gpus")
-    gpus = [g for g in inventory.get("gpus") or [] if isinstance(g, dict)]
-    health = gpu_health(checks)
+    gpus = report.node.gpus
+    health = gpu_health(report.checks)
     template = _environment().get_template("report.html.j2")
-    return template.render(report=report, problems=found, checks=checks, groups=groups, csp=CSP,
-                           heading=heading(report), headline=headline(node), gpus=gpus,
+    return template.render(report=data, problems=found, checks=checks, groups=groups, csp=CSP,
+                           heading=heading(report), headline=headline(report.node), gpus=gpus,
                            gpu_rows=gpu_rows(gpus, health), health=health,
-                           topology=topology_view(_section(node, "topology")))
+                           topology=topology_view(report.node.section("topology")))

@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 import tempfile
+import traceback
 from dataclasses import dataclass
 
 import pytest
@@ -22,6 +23,11 @@ from _pytest.junitxml import mangle_test_address, xml_key  # pytest's JUnit plug
 SUITE_NAME = "preflight"
 DEFAULT_SUITE_NAME = "pytest"  # junitxml's own default for junit_suite_name
 WARN_PREFIX = "WARN "
+
+
+def raised_by_junit(exc: BaseException) -> bool:
+    """True when ``exc`` came from pytest's JUnit plugin (its file could not be written)."""
+    return any(frame.filename.endswith("junitxml.py") for frame in traceback.extract_tb(exc.__traceback__))
 
 
 def name_suite(config: pytest.Config) -> None:

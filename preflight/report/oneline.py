@@ -9,15 +9,13 @@ toolkit to install.
 
 from __future__ import annotations
 
-from typing import Any
-
-from preflight.report.model import leading_problem, verdict_label
-from preflight.report.selection import selection_note
+from preflight.report.document import Report
+from preflight.report.model import leading_problem
 
 MAX_LENGTH = 80
 
 
-def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
+def format_oneline(report: Report, limit: int = MAX_LENGTH) -> str:
     """``READY``, ``DEGRADED: NCCL_P2P_SLOW - ...``, ``NOT READY: CODE (+N more) - summary`` or
     ``ERROR: NO_CHECK_FINISHED - why`` (the run could not judge the node: its cause leads).
 
@@ -26,8 +24,8 @@ def format_oneline(report: dict[str, Any], limit: int = MAX_LENGTH) -> str:
     says how much of the suite it covered: ``READY: 1 of 45 checks selected``. Plain ASCII, no
     newline, never longer than ``limit``; the code is never cut.
     """
-    verdict = verdict_label(report)
-    note = selection_note(report)
+    verdict = report.label
+    note = report.selection_note
     lead = leading_problem(report)
     if lead is None:
         return _ascii(f"{verdict}: {note}" if note else verdict)[:limit]

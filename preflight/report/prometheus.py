@@ -17,7 +17,7 @@ facts, and every numeric metric any check recorded as ``preflight_<name>_<unit>{
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,10 @@ from prometheus_client import CollectorRegistry, write_to_textfile
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from preflight import outcome
-from preflight.outcome import RUN_VERDICTS
+from preflight.outcome import RunVerdict, Status
+from preflight.report.document import CheckResult, NodeFacts, Report
 
 PREFIX = "preflight"
-VERDICTS = RUN_VERDICTS
-STATUSES = ("PASS", "WARN", "FAIL", "SKIP", "ERROR")
-PROBLEM_STATUSES = tuple(status.value for status in outcome.PROBLEM_STATUSES)
 UNIT_SUFFIXES = {"s": "seconds", "ms": "milliseconds", "us": "microseconds", "B": "bytes",
                  "GB/s": "gigabytes_per_second", "MB/s": "megabytes_per_second", "%": "percent", "W": "watts",
                  "C": "celsius", "Hz": "hertz", "MHz": "megahertz"}
@@ -51,7 +48,7 @@ def prometheus_path(text: str) -> Path:
     return path.resolve()
 
 
-def write_prometheus(report: dict[str, Any], path: Path) -> None:
+def write_prometheus(report: Report, path: Path) -> None:
     """Write ``report`` as a textfile at ``path`` atomically (temp file beside it, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     registry = CollectorRegistry(auto_describe=False)
@@ -62,75 +59,73 @@ def write_prometheus(report: dict[str, Any], path: Path) -> None:
 class ReportMetricsCollector(Collector):
     """A collector that yields the families of one finished report (read once, at write time)."""
 
-    def __init__(self, report: dict[str, Any]) -> None:
+    def __init__(self, report: Report) -> None:
         self.report = report
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         yield from run_families(self.report)
         yield from check_families(self.report)
-        yield from metric_families(self.report.get("checks", []))
+        yield from metric_families(self.report.checks)
 
 
-def run_families(report: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
+def run_families(report: Report) -> Iterator[GaugeMetricFamily]:
     """The run's verdict, counts, timing and GPU count."""
-    run = report.get("run", {})
+    run = report.run
     verdict = GaugeMetricFamily(f"{PREFIX}_verdict", "1 for this run's verdict (READY, DEGRADED, NOT READY, "
                                 "ERROR: not judged), 0 for the others", labels=["verdict"])
-    for name in VERDICTS:
-        verdict.add_metric([name], 1.0 if report.get("verdict") == name else 0.0)
+    for name in RunVerdict:
+        verdict.add_metric([name.value], 1.0 if report.verdict is name else 0.0)
     yield verdict
     yield _single(f"{PREFIX}_exit_code", "preflight's exit code: 0 ready or degraded, 1 not ready, 2 could not judge",
-                  run.get("exit_code"))
-    yield _single(f"{PREFIX}_run_interrupted", "1 when the run was cut short (deadline, signal)",
-                  run.get("interrupted"))
-    yield _single(f"{PREFIX}_run_duration_seconds", "wall time of the whole run", run.get("duration_s"))
-    finished = _epoch(run.get("finished_at"))
+                  run.exit_code)
+    yield _single(f"{PREFIX}_run_interrupted", "1 when the run was cut short (deadline, signal)", run.interrupted)
+    yield _single(f"{PREFIX}_run_duration_seconds", "wall time of the whole run", run.duration_s)
+    finished = _epoch(run.finished_at)
     yield _single(f"{PREFIX}_last_run_timestamp_seconds", "when the run finished (Unix time)", finished)
     counts = GaugeMetricFamily(f"{PREFIX}_checks", "number of checks that ended with each status", labels=["status"])
-    for status in STATUSES:
-        counts.add_metric([status], float(report.get("summary", {}).get(status, 0)))
+    for status in Status:
+        counts.add_metric([status.value], float(report.summary.get(status.value, 0)))
     yield counts
     gpus = GaugeMetricFamily(f"{PREFIX}_gpu_count", "GPUs seen, by who saw them (nvml, torch)", labels=["source"])
-    for source, count in gpu_counts(report.get("node", {})).items():
+    for source, count in gpu_counts(report.node).items():
         gpus.add_metric([source], float(count))
     yield gpus
     info = GaugeMetricFamily(f"{PREFIX}_run_info", "always 1; the tool version and profile as labels",
                              labels=["version", "profile"])
-    version = str(report.get("tool", {}).get("version", ""))
-    info.add_metric([version, str(run.get("options", {}).get("profile") or "")], 1.0)
+    info.add_metric([report.tool_version, run.profile or ""], 1.0)
     yield info
 
 
-def check_families(report: dict[str, Any]) -> Iterator[GaugeMetricFamily]:
+def check_families(report: Report) -> Iterator[GaugeMetricFamily]:
     """Each check's status (state set) and, for problems, its code."""
     status = GaugeMetricFamily(f"{PREFIX}_check_status", "1 for the status the check ended with, 0 for the others",
                                labels=["check", "group", "status"])
     problem = GaugeMetricFamily(f"{PREFIX}_check_problem_info", "1 for each check that ended WARN, FAIL or ERROR, "
                                 "with its stable code", labels=["check", "status", "code"])
-    for check in report.get("checks", []):
-        for name in STATUSES:
-            status.add_metric([check["id"], check.get("group", ""), name], 1.0 if check["status"] == name else 0.0)
-        if check["status"] in PROBLEM_STATUSES:
-            problem.add_metric([check["id"], check["status"], check.get("code") or ""], 1.0)
+    for check in report.checks:
+        for name in Status:
+            status.add_metric([check.id, check.group, name.value], 1.0 if check.status is name else 0.0)
+        if check.is_problem:
+            problem.add_metric([check.id, check.status.value, check.verdict.code or ""], 1.0)
     yield status
     yield problem
 
 
-def metric_families(checks: Iterable[dict[str, Any]]) -> Iterator[GaugeMetricFamily]:
+def metric_families(checks: Iterable[CheckResult]) -> Iterator[GaugeMetricFamily]:
     """Every numeric metric of every check, one family per (name, unit), labelled by check."""
     samples: dict[str, dict[tuple[tuple[str, str], ...], float]] = {}
     helps: dict[str, str] = {}
     for check in checks:
-        for metric in check.get("metrics", []):
-            value = _number(metric.get("value"))
+        for metric in check.verdict.metrics:
+            value = _number(metric.value)
             if value is None:
                 continue
-            family = family_name(metric["name"], metric.get("unit", ""))
-            labels = {"check": check["id"]}
-            labels.update({_label_name(k): str(v) for k, v in (metric.get("labels") or {}).items()})
+            family = family_name(metric.name, metric.unit)
+            labels = {"check": check.id}
+            labels.update({_label_name(k): str(v) for k, v in metric.labels.items()})
             samples.setdefault(family, {})[tuple(sorted(labels.items()))] = value
-            unit = metric.get("unit") or "no unit"
-            helps.setdefault(family, f"check metric {metric['name']} ({unit})")
+            unit = metric.unit or "no unit"
+            helps.setdefault(family, f"check metric {metric.name} ({unit})")
     for family, by_labels in sorted(samples.items()):
         names = sorted({k for labels in by_labels for k, _ in labels}, key=lambda n: (n != "check", n))
         gauge = GaugeMetricFamily(family, helps[family], labels=names)
@@ -154,17 +149,17 @@ def family_name(name: str, unit: str) -> str:
     return f"{full}_metric" if full in RESERVED else full
 
 
-def gpu_counts(node: dict[str, Any]) -> dict[str, int]:
+def gpu_counts(node: NodeFacts) -> dict[str, int]:
     """GPUs listed by NVML (the ``gpus`` node section) and counted by torch, where known."""
     found: dict[str, int] = {}
-    section = node.get("gpus")
-    if isinstance(section, dict) and isinstance(section.get("gpus"), list) and not section.get("error"):
+    section = node.facts.get("gpus")
+    if isinstance(section, Mapping) and isinstance(section.get("gpus"), list) and not section.get("error"):
         found["nvml"] = len(section["gpus"])
     elif isinstance(section, list):
         found["nvml"] = len(section)
-    torch = node.get("torch")
-    if isinstance(torch, dict) and isinstance(torch.get("device_count"), int):
-        found["torch"] = torch["device_count"]
+    count = node.section("torch").get("device_count")
+    if isinstance(count, int):
+        found["torch"] = count
     return found
 
 

@@ -6,12 +6,11 @@ from the disk (which may have refused it) or from a module global.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-from preflight.report.model import headline
+from preflight.report.document import Report
 from preflight.report.oneline import format_oneline
 
 
@@ -38,10 +37,10 @@ class RunResult:
         return self.json_path in self.written
 
 
-def run_result(report: Mapping[str, Any], *, exit_code: int, report_dir: Path, json_name: str, html_name: str,
+def run_result(report: Report, *, report_dir: Path, json_name: str, html_name: str,
                written: Sequence[Path], write_error: str | None, shown: bool) -> RunResult:
     """The result of the run whose final report is ``report`` (as written: redacted, printable)."""
-    data = dict(report)
-    return RunResult(verdict=str(data["verdict"]), exit_code=exit_code, headline=headline(data),
-                     oneline=format_oneline(data), json_path=report_dir / json_name,
+    exit_code = report.run.exit_code if report.run.exit_code is not None else report.verdict.exit_code()
+    return RunResult(verdict=report.verdict.value, exit_code=exit_code, headline=report.headline,
+                     oneline=format_oneline(report), json_path=report_dir / json_name,
                      html_path=report_dir / html_name, written=tuple(written), write_error=write_error, shown=shown)

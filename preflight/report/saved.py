@@ -8,6 +8,7 @@ import json
 from typing import Any
 
 from preflight.inputs import UnreadableInput, read_bytes, shown
+from preflight.report.document import MalformedReport, Report
 from preflight.report.model import SUPPORTED_SCHEMA_VERSIONS
 from preflight.report.validate import first_problem
 
@@ -20,8 +21,8 @@ class UnreadableReport(ValueError):
     """The file is missing, not JSON, not a preflight report, or of an unknown schema version."""
 
 
-def load_report(path: str) -> dict[str, Any]:
-    """The report dict from ``path`` (``-`` for stdin); raises :class:`UnreadableReport` saying what is wrong."""
+def load_report(path: str) -> Report:
+    """The report of ``path`` (``-`` for stdin); raises :class:`UnreadableReport` saying what is wrong."""
     name = shown(path)
     try:
         data = read_bytes(path)
@@ -39,8 +40,8 @@ def load_report(path: str) -> dict[str, Any]:
     return check_report(parsed, name)
 
 
-def check_report(data: Any, where: str) -> dict[str, Any]:
-    """``data`` itself when it is a preflight report of a supported schema version."""
+def check_report(data: Any, where: str) -> Report:
+    """The report ``data`` holds when it is a preflight report of a supported schema version."""
     tool = data.get("tool") if isinstance(data, dict) else None
     if not isinstance(data, dict) or not isinstance(tool, dict) or tool.get("name") != "preflight":
         raise UnreadableReport(f"{where} is not a preflight report (no tool.name 'preflight')")
@@ -53,8 +54,10 @@ def check_report(data: Any, where: str) -> dict[str, Any]:
     if problem is not None:
         kind = "complete" if " has no " in problem or problem.startswith("no ") else "valid"
         raise UnreadableReport(f"{where} is not a {kind} preflight report: {problem}")
-    report: dict[str, Any] = data  # first_problem found none: it is the report object
-    return report
+    try:
+        return Report.from_json(data)
+    except MalformedReport as exc:
+        raise UnreadableReport(f"{where} is not a valid preflight report: {exc}") from None
 
 
 def _refuse_constant(name: str) -> Any:

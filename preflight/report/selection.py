@@ -34,29 +34,3 @@ class Selection:
                 "strategy": list(self.strategy) if self.strategy is not None else None, "slow": self.slow,
                 "collected": self.collected, "selected": self.selected, "deselected": self.deselected,
                 "partial": self.selected < self.collected}
-
-
-def selection_note(report: dict[str, Any]) -> str | None:
-    """``1 of 45 checks selected`` when only some of the suite's checks were selected, else None."""
-    run = report.get("run")
-    selection = run.get("selection") if isinstance(run, dict) else None
-    if not isinstance(selection, dict) or not selection.get("partial"):
-        return None
-    selected, collected = selection.get("selected"), selection.get("collected")
-    if not isinstance(selected, int) or not isinstance(collected, int):
-        return None
-    return f"{selected} of {collected} checks selected"
-
-
-def selection_flags(report: dict[str, Any]) -> str:
-    """What selected them, as the user typed it: ``-k ddp -m 'not slow'`` (empty when nothing did)."""
-    run = report.get("run")
-    selection = run.get("selection") if isinstance(run, dict) else None
-    if not isinstance(selection, dict):
-        return ""
-    parts = []
-    for flag, key in (("-k", "keyword"), ("-m", "markexpr")):
-        value = selection.get(key)
-        if value:
-            parts.append(f"{flag} {value}" if " " not in str(value) else f"{flag} '{value}'")
-    return " ".join(parts)

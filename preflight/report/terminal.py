@@ -26,13 +26,12 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any
+from typing import IO, TYPE_CHECKING
 
 import pytest
 
+from preflight.report.document import Report
 from preflight.report.live import LiveLine
-from preflight.report.model import headline, problems
-from preflight.report.selection import selection_flags, selection_note
 
 if TYPE_CHECKING:
     from preflight.launch.torchrun import LaunchStatus
@@ -306,36 +305,34 @@ def _shown_path(path: Path) -> str:
         return str(path)
 
 
-def verdict_block(report: dict[str, Any], *, written: list[Path], width: int, quiet: bool = False) -> list[str]:
+def verdict_block(report: Report, *, written: list[Path], width: int, quiet: bool = False) -> list[str]:
     """The end of a run: the problems with their fixes (in the one order of problems: hardware, then what
     stops the job, then what slows it), the counts, what did not run, where the reports are, and the
     verdict (last, once)."""
     lines = ["=" * min(width, 80)]
-    for check in problems(report):
-        title = check_title(check.get("title"), str(check.get("name", "")))
-        code = check.get("code") or ""
+    for check in report.problems:
+        title = check_title(check.title, check.name)
+        code, status, summary = check.verdict.code or "", check.status.value, check.verdict.summary
         if quiet:
-            summary = " ".join(str(check.get("summary") or "").split())
-            lines.append(fit(f"{check['status']:<5} {code} {title}: {summary}", width))
+            lines.append(fit(f"{status:<5} {code} {title}: {' '.join(summary.split())}", width))
             continue
-        lines += _heading(check["status"], code, title, width)
-        lines += _wrapped(str(check.get("summary") or ""), width, STATUS_COLUMN)
-        if check.get("remediation"):
-            lines += _wrapped(str(check["remediation"]), width, STATUS_COLUMN, first="fix: ")
-    run = report.get("run", {})
-    error = run.get("error") or {}
-    if error:  # the run verdict ERROR: why preflight could not judge the node
-        lines.append(fit(f"ERROR {error.get('code', '')}  preflight could not judge the node", width))
-        lines += _wrapped(str(error.get("summary") or ""), width, STATUS_COLUMN)
-        lines += _wrapped(str(error.get("remediation") or ""), width, STATUS_COLUMN, first="fix: ")
-    counts = ", ".join(f"{n} {status}" for status, n in report.get("summary", {}).items() if n)
-    selection = run.get("selection") or {}
-    if selection.get("deselected"):
-        counts += f"{', ' if counts else ''}{selection['deselected']} not selected"
+        lines += _heading(status, code, title, width)
+        lines += _wrapped(summary, width, STATUS_COLUMN)
+        if check.verdict.remediation:
+            lines += _wrapped(check.verdict.remediation, width, STATUS_COLUMN, first="fix: ")
+    run, error = report.run, report.run.error
+    if error is not None:  # the run verdict ERROR: why preflight could not judge the node
+        lines.append(fit(f"ERROR {error.code}  preflight could not judge the node", width))
+        lines += _wrapped(error.summary, width, STATUS_COLUMN)
+        lines += _wrapped(error.remediation, width, STATUS_COLUMN, first="fix: ")
+    counts = ", ".join(f"{n} {status}" for status, n in report.summary.items() if n)
+    deselected = run.selection.deselected if run.selection is not None else 0
+    if deselected:
+        counts += f"{', ' if counts else ''}{deselected} not selected"
     lines.append(fit(f"checks: {counts or 'none finished'}", width))
-    not_run = report.get("not_run") or []
+    not_run = report.not_run
     if not_run:
-        why = run.get("interruption") or error.get("code") or "the run was interrupted"
+        why = run.interruption or (error.code if error is not None else "") or "the run was interrupted"
         lines += _wrapped(f"{len(not_run)} check{'s' if len(not_run) != 1 else ''} ({why})", width, 0,
                           first="not run: ")
     if written:
@@ -343,9 +340,9 @@ def verdict_block(report: dict[str, Any], *, written: list[Path], width: int, qu
         joined = "reports: " + ", ".join(shown)
         lines += [joined] if len(joined) <= width else [f"{'reports:' if i == 0 else '':<9}{p}"
                                                           for i, p in enumerate(shown)]
-    flags = selection_flags(report) if selection_note(report) else ""
-    verdict = headline(report) + (f" ({flags})" if flags else "")
-    lines.append(verdict if len(verdict) <= width else fit(headline(report), width))
+    flags = report.selection_flags if report.selection_note else ""
+    verdict = report.headline + (f" ({flags})" if flags else "")
+    lines.append(verdict if len(verdict) <= width else fit(report.headline, width))
     return lines
 
 
@@ -470,7 +467,7 @@ class PreflightTerminal:
         self._show_fold()
         collector = self.config.stash.get(COLLECTOR_KEY, None)
         report = collector.report if collector is not None else None
-        if report is None or not (report["run"].get("selection") or {}).get("selected", 1):
+        if report is None or (report.run.selection is not None and not report.run.selection.selected):
             return  # nothing was selected: the command says so in one line
         if not self.quiet:
             for text in skip_lines(self.skips, self.shape):
@@ -485,7 +482,7 @@ class PreflightTerminal:
         block = verdict_block(report, written=written, width=self.width, quiet=self.quiet)
         for text in block[:-1]:
             self.line(text, text.split(" ", 1)[0])
-        self.line(block[-1], str(report.get("verdict", "")), bold=True)
+        self.line(block[-1], report.verdict.value, bold=True)
         if collector is not None:
             collector.shown = True  # the command does not repeat the verdict
 

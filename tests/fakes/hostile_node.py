@@ -17,12 +17,12 @@ import os
 import socket
 import time
 from pathlib import Path
-from typing import Any
 
 import pytest
 
 from preflight.node.transports import Transports
-from preflight.report import collector as report_collector
+from preflight.report import writing as report_writing
+from preflight.report.document import Report
 from preflight.report.facts import add_fact
 from tests.fakes import planted
 from tests.fakes.nvml import fake_transport
@@ -55,13 +55,13 @@ def pytest_configure(config: pytest.Config) -> None:
     add_fact(config, f"planted{planted.MARKUP}", {planted.MARKUP: planted.URL_WITH_PASSWORD,
                                                   "token": planted.PLAIN_TOKEN, "note": planted.HF_TOKEN})
     if os.environ.get("PREFLIGHT_TEST_STALL") == "report":
-        render = report_collector.render_html
+        render = report_writing.render_html
 
-        def slow_render(report: dict[str, Any]) -> str:
+        def slow_render(report: Report) -> str:
             _stall("report", REPORT_STALL_S)
             return render(report)
 
-        report_collector.render_html = slow_render  # type: ignore[assignment]
+        report_writing.render_html = slow_render  # type: ignore[assignment]
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
