@@ -34,7 +34,8 @@ SHARED_OPTIONS: dict[str, str | None] = {
     "lora-matrices": None,
     "base-bits": "storage of the frozen base weights: 16 (bf16), 8 (int8), 4 (QLoRA NF4); default 16",
 }
-"""The run's options ``preflight size`` takes too (the same converter and default), each with the help that
+"""The run's options ``preflight size`` takes too (the same converter and default; --base-bits keeps the choice list
+of :data:`CHOICES`), each with the help that
 fits planning without a node (None: the run's own)."""
 CHOICES = {"base-bits": {"type": int, "choices": BASE_BITS, "metavar": None}}
 """Where ``preflight size`` keeps argparse's own choice list (its --help and its "invalid choice" message)."""
