@@ -16,7 +16,7 @@ import sys
 
 from preflight.errors import UsageError
 from preflight.judge.memory_fit import GpuMemory, plan_as_dict, plan_lines, plan_memory_fit
-from preflight.judge.sizing import lora_split
+from preflight.judge.sizing import BASE_BITS, lora_split
 from preflight.options import UsageParser, argparse_kwargs, argparse_type, join_negative_values
 from preflight.parse.quantity import QuantityError, parse_memory_size
 from preflight.settings import option_named
@@ -34,9 +34,11 @@ SHARED_OPTIONS: dict[str, str | None] = {
     "lora-matrices": None,
     "base-bits": "storage of the frozen base weights: 16 (bf16), 8 (int8), 4 (QLoRA NF4); default 16",
 }
-"""The run's options ``preflight size`` takes too (the same converter and default), each with the help that
+"""The run's options ``preflight size`` takes too (the same converter and default; --base-bits keeps the choice list
+of :data:`CHOICES`), each with the help that
 fits planning without a node (None: the run's own)."""
-METAVARS = {"base-bits": "{16,8,4}"}
+CHOICES = {"base-bits": {"type": int, "choices": BASE_BITS, "metavar": None}}
+"""Where ``preflight size`` keeps argparse's own choice list (its --help and its "invalid choice" message)."""
 REQUIRED = ("model-params",)
 
 MAX_GPUS = 65536
@@ -65,8 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     for name, help_text in SHARED_OPTIONS.items():
         option = option_named(name)
-        option = dataclasses.replace(option, help=help_text or option.help, metavar=METAVARS.get(name, option.metavar))
-        kwargs = {**argparse_kwargs(option), "default": option.default}
+        option = dataclasses.replace(option, help=help_text or option.help)
+        kwargs = {**argparse_kwargs(option), "default": option.default, **CHOICES.get(name, {})}
         parser.add_argument(f"--{name}", required=name in REQUIRED, **kwargs)
         if name == "model-params":  # the node's size follows the model's in --help
             parser.add_argument("--gpus", required=True, type=argparse_type(_gpu_count), metavar="N",
