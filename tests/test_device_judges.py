@@ -21,7 +21,7 @@ from preflight.parse.visible_devices import (
     parse_visible_devices,
     resolve_visible_devices,
 )
-from preflight.node.torch import JobTorch
+from preflight.probe.job_torch import JobTorch
 from tests.fakes.nvml import walk_fake
 
 

@@ -8,7 +8,7 @@ import pytest
 from preflight.judge.cuda_runtime import judge_job_gpu_arch
 from preflight.node.cuda import cuda_facts
 from preflight.outcome import Status
-from preflight.node.torch import JobTorch
+from preflight.probe.job_torch import JobTorch
 from tests.fakes.nvml import walk_fake
 
 

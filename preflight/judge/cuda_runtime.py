@@ -20,7 +20,7 @@ from preflight.judge.cuda_tables import (
     wheel_for_driver,
 )
 from preflight.node.cuda import CudaFacts, DriverFacts, GpuCapability, cuda_from_nvml
-from preflight.node.torch import JobTorch
+from preflight.probe.job_torch import JobTorch
 from preflight.outcome import Verdict, fail, passed, skip, warn
 from preflight.probe.nvml_snapshot import GpuInfo
 

@@ -21,7 +21,7 @@ from preflight.parse.visible_devices import (
     cuda_enumeration,
     parse_device_order,
 )
-from preflight.node.torch import JobTorch
+from preflight.probe.job_torch import JobTorch
 
 
 def _setting_text(visible: VisibleDevices) -> str:

@@ -39,7 +39,8 @@ from preflight.node.devices import CudaDevice, job_devices
 from preflight.node.environment import JobEnvironment
 from preflight.node.fabric import Fabric, JobTopology, Layout, fabric_from, job_topology
 from preflight.node.host import HostFacts
-from preflight.node.torch import JobTorch, JobTorchAnswer
+from preflight.node.torch import JobTorchAnswer
+from preflight.probe.job_torch import JobTorch
 from preflight.node.transports import Transports
 from preflight.parse.visible_devices import (
     DEVICE_ORDER_VAR,

@@ -30,7 +30,7 @@ from typing import Any
 
 from preflight.parse.nvcc import NvccParseError, NvccVersion, parse_nvcc_version
 from preflight.probe.command import CommandRunner
-from preflight.node.torch import JobTorch
+from preflight.probe.job_torch import JobTorch
 from preflight.probe.deepspeed import DeepSpeedFacts, probe_deepspeed
 
 NVCC_TIMEOUT_S = 15.0
