@@ -73,6 +73,7 @@ def test_the_ops_are_built_once_into_preflights_cache_and_then_loaded(tmp_path: 
     assert again.returncode is None and again.duration_s < 5
     verdict = judge_op_build(again)
     assert verdict.status is Status.PASS and "found built in preflight's cache" in verdict.summary, verdict.summary
+    assert again.directory is not None
     manifest = json.loads((Path(again.directory) / STATUS_NAME).read_text())  # what the ranks read
     assert manifest["ok"] is True and {op["name"]: len(op["sha256"]) for op in manifest["ops"]} == {
         "deepspeed_shm_comm": 64, "fused_adam": 64}
