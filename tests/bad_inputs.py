@@ -428,7 +428,7 @@ _file_argv = argv
 _file_cases = every_case
 
 
-def argv(case: BadInput, command: str, path: str, tmp: Path) -> list[str]:  # noqa: F811 - wraps the one above
+def argv(case: BadInput, command: str, path: str, tmp: Path) -> list[str]:  # type: ignore[no-redef]  # noqa: F811 - wraps the one above
     """The command line of ``case`` for ``command`` (``rehearse``: the case's flags, then the script)."""
     if command != "rehearse":
         return _file_argv(case, command, path, tmp)
@@ -440,7 +440,7 @@ def argv(case: BadInput, command: str, path: str, tmp: Path) -> list[str]:  # no
     return ["rehearse", *flags, path, "--", str(tmp / "train.py")]
 
 
-def every_case() -> list[tuple[BadInput, str]]:  # noqa: F811 - wraps the one above
+def every_case() -> list[tuple[BadInput, str]]:  # type: ignore[no-redef]  # noqa: F811 - wraps the one above
     """(case, command) for every bad input and every command it applies to, rehearse's included."""
     return [*_file_cases(), *((case, "rehearse") for case in REHEARSE_CASES)]
 

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import os
 import signal
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch  # noqa: F401 - loaded before pytester snapshots sys.modules: unloading torch mid-run crashes the GC
@@ -59,7 +61,7 @@ pytest_plugins = ["pytester"]
 SCHEMA_PATH = REPO_ROOT / "preflight" / "report" / "schema.json"
 
 
-def validate_report(report: dict) -> None:
+def validate_report(report: Mapping[str, Any]) -> None:
     """Assert ``report`` conforms to the shipped JSON Schema."""
     import json
 

@@ -55,9 +55,9 @@ def make_report(host: str, checks: list[tuple[str, Verdict]], *, gpu_name: str |
                                duration_s=0.5))
     if interrupted:
         record.interrupted, record.interruption = True, interrupted
-    verdict = record.verdict().value
+    run_verdict = RunVerdict(record.verdict().value)
     return build_report(record, node=node_facts(host, gpu_name, gpus), environment={},
-                        options={"profile": profile}, exit_code=RunVerdict(verdict).exit_code()).to_json()
+                        options={"profile": profile}, exit_code=run_verdict.exit_code()).to_json()
 
 
 def busbw_check(value: float, run: str = "p2p", **more_runs: float) -> tuple[str, Verdict]:

@@ -12,6 +12,7 @@ import shutil
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 BINARIES = ("munged", "slurmctld", "slurmd", "srun", "scontrol", "sinfo")
@@ -101,12 +102,12 @@ class SlurmCluster:
             self.procs.append(subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                                env=self.env, start_new_session=True))
 
-    def _wait(self, ready, timeout_s: float, what: str) -> None:  # noqa: ANN001 - a predicate
+    def _wait(self, ready: Callable[[], bool], timeout_s: float, what: str) -> None:
         deadline = time.monotonic() + timeout_s
         while time.monotonic() < deadline:
             if ready():
                 return
-            dead = [p.args[0] for p in self.procs if p.poll() is not None]
+            dead = [str(p.args[0]) for p in self.procs if p.poll() is not None]  # type: ignore[index]  # argv lists
             if dead:
                 raise RuntimeError(f"{', '.join(dead)} exited during start-up\n{self.logs()}")
             time.sleep(0.3)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def test_without_label() -> None:
     assert without_label(("NCCL_P2P_LEVEL", "NCCL_ALGO")) == "without NCCL_ALGO NCCL_P2P_LEVEL"
 
 
-def _swept(rank: int, sizes: tuple[SizeResult, ...] = (), **kwargs: object) -> RankOutcome:
+def _swept(rank: int, sizes: tuple[SizeResult, ...] = (), **kwargs: Any) -> RankOutcome:
     """A rank that finished the sweep with ``sizes``, its result read as the launcher reads it."""
     output = {"sizes": [{**size.as_dict(), "iters": 20} for size in sizes], "skipped": [], "world_size": 2,
               "backend": "gloo", "nccl_version": None, "sweep_s": 1.0}

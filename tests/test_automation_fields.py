@@ -62,7 +62,7 @@ def test_junit_shows_warnings_and_fixes(pytester: pytest.Pytester, monkeypatch: 
     assert warned.find("failure") is None and warned.find("skipped") is None  # a pass, as the exit code says
     props = {p.get("name"): p.get("value") for p in warned.iter("property")}
     assert props["preflight.verdict"] == "WARN" and props["preflight.code"] == "GPU_PERSISTENCE_OFF"
-    assert "nvidia-persistenced" in props["preflight.remediation"]
+    assert "nvidia-persistenced" in (props["preflight.remediation"] or "")
     assert "test_gpu_persistence[gpu1]" in cases  # healthy GPUs keep their names
     failure = cases["test_gpu_ecc[gpu3]"].find("failure")
     assert failure is not None and failure.text is not None

@@ -17,6 +17,7 @@ import signal
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import jsonschema
 import pytest
@@ -167,7 +168,7 @@ def _mutations() -> list[tuple[str, object]]:
     return [(place, value) for place in places for value in values]
 
 
-def _apply(data: dict, place: str, value: object) -> None:
+def _apply(data: dict[str, Any], place: str, value: object) -> None:
     *parents, last = place.split(".")
     target: object = data
     for part in parents:
@@ -284,7 +285,7 @@ def test_report_reads_stdin_with_oneline(monkeypatch: pytest.MonkeyPatch, capsys
 
 def test_a_deep_but_allowed_node_still_renders(tmp_path: Path) -> None:
     data = good_report()
-    nested: dict = {"leaf": 1}
+    nested: dict[str, Any] = {"leaf": 1}
     for _ in range(40):
         nested = {"x": nested}
     data["node"]["extra"] = nested

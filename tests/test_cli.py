@@ -27,7 +27,7 @@ def preflight(*args: str, env: dict[str, str] | None = None, cwd: Path | None = 
                           env=full_env, cwd=cwd, timeout=timeout)
 
 
-def test_a_healthy_cpu_node_is_ready_and_writes_every_report(tmp_path):
+def test_a_healthy_cpu_node_is_ready_and_writes_every_report(tmp_path: Path) -> None:
     out = tmp_path / "reports"
     started = time.monotonic()
     # DDP and FSDP2 only: with DeepSpeed installed (the test extras) the default adds ZeRO-1/2/3 and the
@@ -46,7 +46,7 @@ def test_a_healthy_cpu_node_is_ready_and_writes_every_report(tmp_path):
     assert time.monotonic() - started < 240  # two launches (DDP, FSDP2) plus the all-reduce sweep on 2 cores
 
 
-def test_reports_default_to_reports_in_the_current_directory(tmp_path):
+def test_reports_default_to_reports_in_the_current_directory(tmp_path: Path) -> None:
     result = preflight("--cpu", "-k", "ddp", cwd=tmp_path)
     assert result.returncode == 0, result.stderr
     assert (tmp_path / "reports" / "preflight.json").exists()
@@ -64,7 +64,7 @@ def test_reports_default_to_reports_in_the_current_directory(tmp_path):
         (["-k", "no_check_has_this_name"], "no check matches"),
     ],
 )
-def test_bad_input_is_one_line_and_exit_code_2(tmp_path, args, message):
+def test_bad_input_is_one_line_and_exit_code_2(tmp_path: Path, args: list[str], message: str) -> None:
     result = preflight(*args, cwd=tmp_path)
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()
@@ -72,14 +72,14 @@ def test_bad_input_is_one_line_and_exit_code_2(tmp_path, args, message):
     assert "Traceback" not in result.stdout + result.stderr
 
 
-def test_help_lists_every_option():
+def test_help_lists_every_option() -> None:
     result = preflight("--help")
     assert result.returncode == 0
     for flag in ("--report-dir", "--profile", "--nproc", "--expect-gpus", "--timeout", "--strict", "-k", "-m"):
         assert flag in result.stdout
 
 
-def test_help_shows_the_sub_commands_first_then_the_options_in_groups():
+def test_help_shows_the_sub_commands_first_then_the_options_in_groups() -> None:
     from preflight.cli import build_parser, subcommands
 
     text = build_parser().format_help()
@@ -97,7 +97,7 @@ def test_help_shows_the_sub_commands_first_then_the_options_in_groups():
     (["rehers", "--", "train.py"], "did you mean rehearse?"),
     (["--zzzzzz"], "unrecognized arguments: --zzzzzz"),
 ])
-def test_an_unknown_option_or_command_gets_the_closest_one(capsys, argv, hint):
+def test_an_unknown_option_or_command_gets_the_closest_one(capsys: pytest.CaptureFixture[str], argv: list[str], hint: str) -> None:
     from preflight.cli import main
 
     assert main(argv) == 2
@@ -105,7 +105,7 @@ def test_an_unknown_option_or_command_gets_the_closest_one(capsys, argv, hint):
     assert err.count("\n") == 1 and err.strip().endswith(hint), err  # nothing close: no suggestion
 
 
-def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing_behind(tmp_path):
+def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing_behind(tmp_path: Path) -> None:
     out = tmp_path / "reports"
     started = time.monotonic()
     result = preflight("--cpu", "--report-dir", str(out), "--launch-timeout", "30", "-k", "ddp", "--", "-p",
@@ -126,7 +126,7 @@ def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing
     assert not alive, f"worker processes left running: {alive}"
 
 
-def test_a_crashed_rank_is_named_in_the_terminal_summary(tmp_path):
+def test_a_crashed_rank_is_named_in_the_terminal_summary(tmp_path: Path) -> None:
     result = preflight("--cpu", "--report-dir", str(tmp_path), "-k", "ddp", "--", "-p", "tests.fakes.faulty_ddp",
                        env={"PREFLIGHT_TEST_FAULT": "crash:1"})
     assert result.returncode == 1

@@ -36,7 +36,7 @@ from preflight.probe.deepspeed_ops import (
     parse_child_output,
     remove_stale_locks,
 )
-from preflight.probe.toolkit import probe_toolkit
+from preflight.probe.toolkit import probe_toolkit, probe_torch
 
 pytestmark = pytest.mark.subprocess
 BUILD_TIMEOUT_S = 1500.0  # a cold build of both CPU ops takes 2-4 min on a quiet core, far more on a loaded one
@@ -74,6 +74,7 @@ def test_the_ops_are_built_once_into_preflights_cache_and_then_loaded(tmp_path: 
     assert again.returncode is None and again.duration_s < 5
     verdict = judge_op_build(again)
     assert verdict.status is Status.PASS and "found built in preflight's cache" in verdict.summary, verdict.summary
+    assert again.directory is not None
     manifest = json.loads((Path(again.directory) / STATUS_NAME).read_text())  # what the ranks read
     assert manifest["ok"] is True and {op["name"]: len(op["sha256"]) for op in manifest["ops"]} == {
         "deepspeed_shm_comm": 64, "fused_adam": 64}
@@ -238,7 +239,7 @@ def test_the_slow_check_says_what_was_really_built(tmp_path: Path) -> None:
     """``--slow`` on this CPU node: DeepSpeed's CPU accelerator and the C++ compiler, never "CUDA ... nvcc"."""
     if not Path("/usr/bin/g++").exists():
         pytest.skip("no /usr/bin/g++ on this machine")
-    facts = probe_toolkit(dict(os.environ), runner=run_command)
+    facts = probe_toolkit(dict(os.environ), runner=run_command, torch=probe_torch())
     env = {**_cached_env(), "CXX": str(_failing_gxx(tmp_path / "bin"))}
     failed = fresh_jit_build(timeout_s=600, runner=run_command, python=sys.executable, env=env)
     verdict = judge_jit_build(facts, failed)

@@ -9,6 +9,8 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -25,25 +27,25 @@ DNS_1123 = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
 
 
-def documents(name: str, **placeholders: str) -> list[dict]:
+def documents(name: str, **placeholders: str) -> list[dict[str, Any]]:
     text = (K8S / name).read_text()
     for key, value in placeholders.items():
         text = text.replace(f"__{key}__", value)
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
-def by_kind(docs: list[dict]) -> dict[str, dict]:
+def by_kind(docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     return {doc["kind"]: doc for doc in docs}
 
 
-def env_of(container: dict) -> dict[str, dict]:
+def env_of(container: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {item["name"]: item for item in container.get("env", [])}
 
 
 # -- manifests ------------------------------------------------------------------------------------
 
 
-def test_every_manifest_has_api_version_kind_and_a_valid_name():
+def test_every_manifest_has_api_version_kind_and_a_valid_name() -> None:
     for path in K8S.glob("*.yaml"):
         for doc in documents(path.name, NODE="gpu-node-1", GPUS="8"):
             assert doc.get("apiVersion") and doc.get("kind"), path
@@ -51,7 +53,7 @@ def test_every_manifest_has_api_version_kind_and_a_valid_name():
                 assert DNS_1123.match(doc["metadata"]["name"]), (path, doc["metadata"]["name"])
 
 
-def test_rbac_lets_the_service_account_get_and_patch_nodes():
+def test_rbac_lets_the_service_account_get_and_patch_nodes() -> None:
     rbac = by_kind(documents("rbac.yaml"))
     account = rbac["ServiceAccount"]["metadata"]
     rule = rbac["ClusterRole"]["rules"][0]
@@ -63,7 +65,7 @@ def test_rbac_lets_the_service_account_get_and_patch_nodes():
     assert rbac["Namespace"]["metadata"]["name"] == account["namespace"]
 
 
-def pod_checks(pod: dict, runner: dict) -> None:
+def pod_checks(pod: dict[str, Any], runner: dict[str, Any]) -> None:
     """What both the Job and the DaemonSet pod need to run preflight-node.sh."""
     account = by_kind(documents("rbac.yaml"))["ServiceAccount"]["metadata"]["name"]
     assert pod["serviceAccountName"] == account
@@ -82,16 +84,16 @@ def configmap_name() -> str:
     kustomization = documents("kustomization.yaml")[0]
     (generator,) = kustomization["configMapGenerator"]
     assert generator["files"] == ["preflight-node.sh"] and kustomization["generatorOptions"]["disableNameSuffixHash"]
-    return generator["name"]
+    return str(generator["name"])
 
 
-def test_the_kustomization_lists_files_that_exist():
+def test_the_kustomization_lists_files_that_exist() -> None:
     kustomization = documents("kustomization.yaml")[0]
     for name in kustomization["resources"] + kustomization["configMapGenerator"][0]["files"]:
         assert (K8S / name).is_file(), name
 
 
-def test_the_job_runs_once_on_the_named_node_with_all_its_gpus():
+def test_the_job_runs_once_on_the_named_node_with_all_its_gpus() -> None:
     (job,) = documents("job.yaml", NODE="gpu-node-1", GPUS="8")
     assert job["apiVersion"] == "batch/v1" and job["kind"] == "Job" and job["metadata"]["name"] == "preflight-gpu-node-1"
     spec = job["spec"]
@@ -106,7 +108,7 @@ def test_the_job_runs_once_on_the_named_node_with_all_its_gpus():
     assert "__" not in json.dumps(job)
 
 
-def test_the_daemonset_gates_every_gpu_node_without_holding_its_gpus():
+def test_the_daemonset_gates_every_gpu_node_without_holding_its_gpus() -> None:
     (ds,) = documents("daemonset.yaml")
     assert ds["apiVersion"] == "apps/v1" and ds["kind"] == "DaemonSet"
     template = ds["spec"]["template"]
@@ -127,7 +129,7 @@ def test_the_daemonset_gates_every_gpu_node_without_holding_its_gpus():
 # -- the node script ------------------------------------------------------------------------------
 
 
-def run_node_script(tmp_path, report, code: int, gate: str | None = None) -> subprocess.CompletedProcess[str]:
+def run_node_script(tmp_path: Path, report: dict[str, Any] | None, code: int, gate: str | None = None) -> subprocess.CompletedProcess[str]:
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     env = {**os.environ, "NODE_NAME": "gpu-node-1", "PREFLIGHT": str(fake_preflight(bin_dir, report, code)),
@@ -146,7 +148,7 @@ def assert_valid_kubectl(calls: list[list[str]]) -> None:
                 assert LABEL_VALUE.match(value) and len(value) <= 63, arg
 
 
-def test_a_ready_node_is_labelled_and_its_taints_removed(tmp_path):
+def test_a_ready_node_is_labelled_and_its_taints_removed(tmp_path: Path) -> None:
     result = run_node_script(tmp_path, make_report("n", [ddp_check()]), 0, gate="preflight/pending:NoSchedule")
     assert result.returncode == 0, result.stderr
     calls = kubectl_calls(tmp_path / "bin")
@@ -160,7 +162,7 @@ def test_a_ready_node_is_labelled_and_its_taints_removed(tmp_path):
     assert "--profile quick --oneline" in argv and f"--prometheus {tmp_path / 'out' / 'preflight.prom'}" in argv
 
 
-def test_a_degraded_node_is_labelled_with_its_warning_and_not_tainted(tmp_path):
+def test_a_degraded_node_is_labelled_with_its_warning_and_not_tainted(tmp_path: Path) -> None:
     assert run_node_script(tmp_path, make_report("n", [ddp_check(), slow_p2p()]), 0).returncode == 0
     calls = kubectl_calls(tmp_path / "bin")
     assert calls[0] == ["label", "node", "gpu-node-1", "--overwrite", "preflight/verdict=DEGRADED",
@@ -169,7 +171,7 @@ def test_a_degraded_node_is_labelled_with_its_warning_and_not_tainted(tmp_path):
     assert_valid_kubectl(calls)
 
 
-def test_a_node_that_is_not_ready_is_tainted_with_the_failing_code(tmp_path):
+def test_a_node_that_is_not_ready_is_tainted_with_the_failing_code(tmp_path: Path) -> None:
     result = run_node_script(tmp_path, make_report("n", [hung_ddp(), slow_p2p()]), 1, gate="preflight/pending:NoSchedule")
     assert result.returncode == 1
     calls = kubectl_calls(tmp_path / "bin")
@@ -182,7 +184,7 @@ def test_a_node_that_is_not_ready_is_tainted_with_the_failing_code(tmp_path):
     assert "preflight on gpu-node-1: NOT READY: DDP_RANK_HUNG" in result.stdout
 
 
-def test_a_run_that_could_not_decide_is_labelled_unknown_and_not_tainted(tmp_path):
+def test_a_run_that_could_not_decide_is_labelled_unknown_and_not_tainted(tmp_path: Path) -> None:
     result = run_node_script(tmp_path, None, 2)
     assert result.returncode == 2
     assert kubectl_calls(tmp_path / "bin") == [["label", "node", "gpu-node-1", "--overwrite", "preflight/verdict=UNKNOWN",
@@ -190,7 +192,7 @@ def test_a_run_that_could_not_decide_is_labelled_unknown_and_not_tainted(tmp_pat
     assert (tmp_path / "out" / "status").read_text() == "2 UNKNOWN: preflight could not run (exit 2)\n"
 
 
-def test_the_node_script_refuses_to_run_without_its_node_name(tmp_path):
+def test_the_node_script_refuses_to_run_without_its_node_name(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "NODE_NAME"}
     result = subprocess.run(["sh", str(NODE_SCRIPT)], capture_output=True, text=True, env=env, timeout=30)
     assert result.returncode != 0 and "NODE_NAME must be set" in result.stderr
@@ -205,7 +207,7 @@ def seconds(duration: str) -> float:
     return int(match[1]) * (60 if match[2] == "m" else 1)
 
 
-def test_the_npd_config_is_a_valid_custom_plugin_monitor():
+def test_the_npd_config_is_a_valid_custom_plugin_monitor() -> None:
     config = json.loads((NPD / "preflight-monitor.json").read_text())
     assert config["plugin"] == "custom" and config["source"]
     plugin = config["pluginConfig"]
@@ -219,7 +221,7 @@ def test_the_npd_config_is_a_valid_custom_plugin_monitor():
             assert rule["condition"] in conditions and conditions[rule["condition"]]["reason"] != rule["reason"]
 
 
-def npd(status_text: str | None, tmp_path, age_s: float = 0, max_age: str | None = None):
+def npd(status_text: str | None, tmp_path: Path, age_s: float = 0, max_age: str | None = None) -> subprocess.CompletedProcess[str]:
     status = tmp_path / "status"
     if status_text is not None:
         status.write_text(status_text)
@@ -242,28 +244,28 @@ def npd(status_text: str | None, tmp_path, age_s: float = 0, max_age: str | None
     ("garbage\n", 2, "preflight status unreadable"),
     ("", 2, "preflight status unreadable"),
 ])
-def test_the_npd_plugin_maps_the_last_result_to_its_exit_codes(tmp_path, status, code, message):
+def test_the_npd_plugin_maps_the_last_result_to_its_exit_codes(tmp_path: Path, status: str, code: int, message: str) -> None:
     result = npd(status, tmp_path)
     assert result.returncode == code
     assert result.stdout.startswith(message) and len(result.stdout.rstrip("\n")) <= 80
 
 
-def test_the_npd_plugin_says_unknown_when_preflight_never_ran(tmp_path):
+def test_the_npd_plugin_says_unknown_when_preflight_never_ran(tmp_path: Path) -> None:
     result = npd(None, tmp_path)
     assert result.returncode == 2 and result.stdout.startswith("preflight has not run on this node")
 
 
-def test_the_npd_plugin_says_unknown_for_a_stale_result(tmp_path):
+def test_the_npd_plugin_says_unknown_for_a_stale_result(tmp_path: Path) -> None:
     result = npd("0 READY\n", tmp_path, age_s=7200, max_age="3600")
     assert result.returncode == 2 and result.stdout.startswith("preflight result is stale (")
 
 
-def test_the_npd_plugin_cuts_its_message_at_80_characters(tmp_path):
+def test_the_npd_plugin_cuts_its_message_at_80_characters(tmp_path: Path) -> None:
     result = npd("1 NOT READY: X_" + "Y" * 200 + "\n", tmp_path)
     assert result.returncode == 1 and len(result.stdout.rstrip("\n")) == 80
 
 
-def test_the_node_script_and_the_npd_plugin_agree(tmp_path):
+def test_the_node_script_and_the_npd_plugin_agree(tmp_path: Path) -> None:
     run_node_script(tmp_path, make_report("n", [hung_ddp()]), 1)
     result = npd(None, tmp_path / "out")
     assert result.returncode == 1 and result.stdout.startswith("NOT READY: DDP_RANK_HUNG - ddp: rank 3 hung")

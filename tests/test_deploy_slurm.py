@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +27,7 @@ pytestmark = [
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory):
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SlurmCluster]:
     slurm = SlurmCluster(tmp_path_factory.mktemp("slurm"))
     try:
         slurm.start()
@@ -34,7 +36,7 @@ def cluster(tmp_path_factory):
         slurm.stop()
 
 
-def wait_for(predicate, timeout_s: float) -> bool:  # noqa: ANN001 - a predicate
+def wait_for(predicate: Callable[[], object], timeout_s: float) -> bool:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():
@@ -43,7 +45,7 @@ def wait_for(predicate, timeout_s: float) -> bool:  # noqa: ANN001 - a predicate
     return False
 
 
-def test_srun_runs_the_quick_profile_on_the_node(cluster, tmp_path):
+def test_srun_runs_the_quick_profile_on_the_node(cluster: SlurmCluster, tmp_path: Path) -> None:
     out = tmp_path / "reports"
     result = cluster.run("srun", "-N1", "-n1", "-w", cluster.node, f"--chdir={tmp_path}", str(real_preflight(tmp_path)),
                          "--cpu", "--profile", "quick", "--report-dir", str(out), "--prometheus", str(out / "node.prom"),
@@ -55,7 +57,7 @@ def test_srun_runs_the_quick_profile_on_the_node(cluster, tmp_path):
     assert "preflight_verdict{" in (out / "node.prom").read_text()
 
 
-def test_a_failing_check_drains_the_node_through_health_check_program(tmp_path_factory):
+def test_a_failing_check_drains_the_node_through_health_check_program(tmp_path_factory: pytest.TempPathFactory) -> None:
     """slurmd itself runs the recipe (HealthCheckProgram at start-up); ``--expect-gpus 8`` fails on a
     node with fewer GPUs (on this CPU machine: NVML is absent), and the node drains with that code."""
     root = tmp_path_factory.mktemp("slurm-hc")
@@ -89,7 +91,7 @@ export SLURM_CONF={slurm.conf}
         slurm.stop()
 
 
-def test_a_passing_run_resumes_only_a_node_preflight_drained(cluster, tmp_path):
+def test_a_passing_run_resumes_only_a_node_preflight_drained(cluster: SlurmCluster, tmp_path: Path) -> None:
     env = {"PREFLIGHT": str(fake_preflight(tmp_path, make_report("n", [ddp_check()]), 0)),
            "PREFLIGHT_REPORT_DIR": str(tmp_path / "r"), "PREFLIGHT_NODE": cluster.node,
            "PREFLIGHT_CONFIG": str(tmp_path / "none")}
@@ -108,7 +110,7 @@ def test_a_passing_run_resumes_only_a_node_preflight_drained(cluster, tmp_path):
         cluster.run("scontrol", "update", f"nodename={cluster.node}", "state=resume")
 
 
-def test_a_run_that_could_not_decide_does_not_drain(cluster, tmp_path):
+def test_a_run_that_could_not_decide_does_not_drain(cluster: SlurmCluster, tmp_path: Path) -> None:
     env = {"PREFLIGHT": str(fake_preflight(tmp_path, None, 2)), "PREFLIGHT_REPORT_DIR": str(tmp_path / "r"),
            "PREFLIGHT_NODE": cluster.node, "PREFLIGHT_CONFIG": str(tmp_path / "none")}
     result = cluster.run("sh", str(HEALTH_SCRIPT), env=env)

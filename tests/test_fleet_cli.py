@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -13,7 +14,7 @@ from tests.test_cli import preflight as run_preflight
 pytestmark = pytest.mark.subprocess
 
 
-def test_oneline_is_the_last_line_and_names_the_failing_check(tmp_path):
+def test_oneline_is_the_last_line_and_names_the_failing_check(tmp_path: Path) -> None:
     out = tmp_path / "reports"
     result = run_preflight("--report-dir", str(out), "--oneline", "--expect-gpus", "8", "-k", "test_devices",
                        "--prometheus", str(tmp_path / "node.prom"))
@@ -25,7 +26,7 @@ def test_oneline_is_the_last_line_and_names_the_failing_check(tmp_path):
     assert 'preflight_check_problem_info{check="test_devices.py::' in (tmp_path / "node.prom").read_text()
 
 
-def test_a_prometheus_path_that_is_not_a_prom_file_is_a_usage_error(tmp_path):
+def test_a_prometheus_path_that_is_not_a_prom_file_is_a_usage_error(tmp_path: Path) -> None:
     result = run_preflight("--prometheus", str(tmp_path / "node.txt"), cwd=tmp_path)
     assert result.returncode == 2
     assert result.stderr.strip().startswith("preflight: error: argument --prometheus: node_exporter's textfile "

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
 from preflight.cli import main as cli_main
 from preflight.commands import merge, report
 from preflight.errors import UsageError
+from preflight.outcome import Verdict
 from preflight.report.fleet import outlier_reason
 from tests.conftest import validate_report
 from tests.fleet_reports import busbw_check, ddp_check, hung_ddp, make_report, slow_p2p
@@ -17,7 +19,7 @@ H100 = "NVIDIA H100 80GB HBM3"
 A100 = "NVIDIA A100-SXM4-80GB"
 
 
-def save(tmp_path, name, data) -> str:
+def save(tmp_path: Path, name: str, data: object) -> str:
     path = tmp_path / f"{name}.json"
     path.write_text(json.dumps(data) if not isinstance(data, str) else data)
     return str(path)
@@ -26,7 +28,7 @@ def save(tmp_path, name, data) -> str:
 # -- preflight report -----------------------------------------------------------------------------
 
 
-def test_a_saved_report_is_rendered_again_beside_the_json(tmp_path, capsys):
+def test_a_saved_report_is_rendered_again_beside_the_json(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     data = make_report("gpu-node-7", [hung_ddp(), slow_p2p()], gpu_name=H100, gpus=8)
     validate_report(data)
     path = save(tmp_path, "preflight", data)
@@ -37,7 +39,7 @@ def test_a_saved_report_is_rendered_again_beside_the_json(tmp_path, capsys):
     assert capsys.readouterr().out.strip() == f"NOT READY  report: {tmp_path / 'preflight.html'}"
 
 
-def test_rendering_says_the_verdict_as_the_run_did_and_exits_with_its_code(tmp_path, capsys):
+def test_rendering_says_the_verdict_as_the_run_did_and_exits_with_its_code(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     cpu = make_report("n", [ddp_check()])
     cpu["run"]["cpu_rehearsal"] = True
     assert report.main([save(tmp_path, "cpu", cpu)]) == 0
@@ -51,7 +53,7 @@ def test_rendering_says_the_verdict_as_the_run_did_and_exits_with_its_code(tmp_p
     assert report.main([save(tmp_path, "unknown", unknown)]) == 1
 
 
-def test_out_chooses_the_html_file(tmp_path):
+def test_out_chooses_the_html_file(tmp_path: Path) -> None:
     path = save(tmp_path, "r", make_report("n", [ddp_check()]))
     assert report.main([path, "--out", str(tmp_path / "sub" / "x.html")]) == 0
     assert "READY" in (tmp_path / "sub" / "x.html").read_text()
@@ -62,7 +64,7 @@ def test_out_chooses_the_html_file(tmp_path):
     ([ddp_check(), slow_p2p()], "DEGRADED: NCCL_P2P_SLOW - P2P bandwidth gpu0-gpu1 is 12 GB/s, expected 40", 0),
     ([hung_ddp(), slow_p2p()], "NOT READY: DDP_RANK_HUNG (+1 more) - ddp: rank 3 hung in all_reduce (rank 3 g...", 1),
 ])
-def test_oneline_prints_the_status_and_exits_like_the_run(tmp_path, capsys, checks, line, code):
+def test_oneline_prints_the_status_and_exits_like_the_run(tmp_path: Path, capsys: pytest.CaptureFixture[str], checks: list[tuple[str, Verdict]], line: str, code: int) -> None:
     path = save(tmp_path, "r", make_report("n", checks))
     assert report.main([path, "--oneline"]) == code
     out = capsys.readouterr().out
@@ -78,7 +80,7 @@ def test_oneline_prints_the_status_and_exits_like_the_run(tmp_path, capsys, chec
     ('{"tool": {"name": "preflight"}}', "has report schema version None"),
     ('{"tool": {"name": "preflight"}, "schema_version": "2.0", "verdict": "READY"}', "is not a complete preflight report"),
 ])
-def test_anything_but_a_supported_report_is_refused_in_one_line(tmp_path, capsys, content, message):
+def test_anything_but_a_supported_report_is_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, message: str) -> None:
     path = save(tmp_path, "bad", content)
     assert cli_main(["report", path]) == 2
     err = capsys.readouterr().err.strip().splitlines()
@@ -86,12 +88,12 @@ def test_anything_but_a_supported_report_is_refused_in_one_line(tmp_path, capsys
     assert not (tmp_path / "bad.html").exists()
 
 
-def test_a_missing_file_is_refused(tmp_path):
+def test_a_missing_file_is_refused(tmp_path: Path) -> None:
     with pytest.raises(UsageError, match="cannot read"):
         report.main([str(tmp_path / "nope.json")])
 
 
-def test_a_report_missing_a_field_the_html_needs_is_refused_not_a_traceback(tmp_path):
+def test_a_report_missing_a_field_the_html_needs_is_refused_not_a_traceback(tmp_path: Path) -> None:
     data = make_report("n", [ddp_check()])
     del data["run"]["duration_s"]
     with pytest.raises(UsageError, match="is not a complete preflight report"):
@@ -102,7 +104,7 @@ def test_a_report_missing_a_field_the_html_needs_is_refused_not_a_traceback(tmp_
 
 
 @pytest.fixture
-def fleet_dir(tmp_path):
+def fleet_dir(tmp_path: Path) -> tuple[Path, list[str]]:
     """Five H100 nodes (one far below its peers yet passing, one with a hung DDP step) and two A100s."""
     nodes = {
         "h1": make_report("h1", [busbw_check(361.0), ddp_check()], gpu_name=H100, gpus=8),
@@ -117,7 +119,7 @@ def fleet_dir(tmp_path):
     return tmp_path, inputs
 
 
-def test_merge_writes_one_row_per_node_and_flags_the_slow_node(fleet_dir, capsys):
+def test_merge_writes_one_row_per_node_and_flags_the_slow_node(fleet_dir: tuple[Path, list[str]], capsys: pytest.CaptureFixture[str]) -> None:
     tmp_path, inputs = fleet_dir
     out = tmp_path / "fleet"
     assert merge.main([*inputs, "--out", str(out)]) == 1
@@ -132,7 +134,7 @@ def test_merge_writes_one_row_per_node_and_flags_the_slow_node(fleet_dir, capsys
     assert "7 nodes: 5 READY, 1 DEGRADED, 1 NOT READY, 1 bandwidth outlier(s): h4" in stdout
 
 
-def test_merge_says_which_checks_failed_where(fleet_dir):
+def test_merge_says_which_checks_failed_where(fleet_dir: tuple[Path, list[str]]) -> None:
     tmp_path, inputs = fleet_dir
     merge.main([*inputs, "--out", str(tmp_path / "fleet")])
     fleet = json.loads((tmp_path / "fleet" / "fleet.json").read_text())
@@ -142,7 +144,7 @@ def test_merge_says_which_checks_failed_where(fleet_dir):
     assert [(p["status"], p["code"]) for p in h5["problems"]] == [("FAIL", "DDP_RANK_HUNG")]
 
 
-def test_bandwidth_is_compared_only_among_nodes_of_the_same_gpu_kind(fleet_dir):
+def test_bandwidth_is_compared_only_among_nodes_of_the_same_gpu_kind(fleet_dir: tuple[Path, list[str]]) -> None:
     tmp_path, inputs = fleet_dir
     merge.main([*inputs, "--out", str(tmp_path / "fleet")])
     spread = {row["gpu_kind"]: row for row in json.loads((tmp_path / "fleet" / "fleet.json").read_text())["bandwidth"]}
@@ -154,7 +156,7 @@ def test_bandwidth_is_compared_only_among_nodes_of_the_same_gpu_kind(fleet_dir):
     assert spread[A100]["nodes"] == 2
 
 
-def test_the_fleet_html_shows_nodes_problems_and_outliers(fleet_dir):
+def test_the_fleet_html_shows_nodes_problems_and_outliers(fleet_dir: tuple[Path, list[str]]) -> None:
     tmp_path, inputs = fleet_dir
     merge.main([*inputs, "--out", str(tmp_path / "fleet")])
     html = (tmp_path / "fleet" / "fleet.html").read_text()
@@ -163,13 +165,13 @@ def test_the_fleet_html_shows_nodes_problems_and_outliers(fleet_dir):
     assert "DDP_RANK_HUNG" in html and "SUSPECT" in html and "below 80% of the median" in html
 
 
-def test_a_healthy_fleet_exits_0(tmp_path):
+def test_a_healthy_fleet_exits_0(tmp_path: Path) -> None:
     inputs = [save(tmp_path, f"n{i}", make_report(f"n{i}", [busbw_check(360.0 + i)], gpu_name=H100, gpus=8))
               for i in range(4)]
     assert merge.main([*inputs, "--out", str(tmp_path / "f")]) == 0
 
 
-def test_the_same_host_twice_gets_two_distinct_rows(tmp_path):
+def test_the_same_host_twice_gets_two_distinct_rows(tmp_path: Path) -> None:
     first = save(tmp_path, "monday", make_report("n1", [ddp_check()]))
     second = save(tmp_path, "tuesday", make_report("n1", [hung_ddp()]))
     merge.main([first, second, "--out", str(tmp_path / "f")])
@@ -177,7 +179,7 @@ def test_the_same_host_twice_gets_two_distinct_rows(tmp_path):
     assert names == [f"n1 ({first})", f"n1 ({second})"]
 
 
-def test_merge_skips_a_bad_input_naming_it(tmp_path, capsys):
+def test_merge_skips_a_bad_input_naming_it(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     good = save(tmp_path, "good", make_report("n1", [ddp_check()]))
     bad = save(tmp_path, "bad", '{"tool": {"name": "preflight"}, "schema_version": "9"}')
     assert merge.main([good, bad, "--out", str(tmp_path / "f")]) == 0
@@ -195,6 +197,6 @@ def test_merge_skips_a_bad_input_naming_it(tmp_path, capsys):
     (85.0, 100.0, 10.0, None),            # wide cluster: 85 is within its spread
     (100.0, 100.0, 0.0, None),
 ])
-def test_the_outlier_rule(value, median, mad, flagged):
+def test_the_outlier_rule(value: float, median: float, mad: float, flagged: str | None) -> None:
     reason = outlier_reason(value, median, mad)
-    assert (reason is None) if flagged is None else (flagged in reason)
+    assert (reason is None) if flagged is None else (reason is not None and flagged in reason)

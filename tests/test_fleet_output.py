@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from prometheus_client.samples import Sample
 
 from preflight.outcome import Metric, error, fail, passed
 from preflight.report.document import Report
@@ -16,25 +18,25 @@ from tests.conftest import validate_report
 from tests.fleet_reports import busbw_check, ddp_check, hung_ddp, make_report, slow_p2p
 
 
-def samples(path) -> dict[str, list]:
+def samples(path: Path) -> dict[str, list[Sample]]:
     """family name -> its samples, parsed back with prometheus_client's own parser."""
     return {f.name: f.samples for f in text_string_to_metric_families(path.read_text())}
 
 
-def value(found: dict[str, list], family: str, **labels: str) -> float:
+def value(found: dict[str, list[Sample]], family: str, **labels: str) -> float:
     matching = [s.value for s in found[family] if all(s.labels.get(k) == v for k, v in labels.items())]
     assert len(matching) == 1, (family, labels, found.get(family))
-    return matching[0]
+    return float(matching[0])
 
 
 # -- --oneline ------------------------------------------------------------------------------------
 
 
-def test_a_ready_node_is_one_word():
+def test_a_ready_node_is_one_word() -> None:
     assert format_oneline(Report.from_json(make_report("n1", [ddp_check()]))) == "READY"
 
 
-def test_the_worst_problem_comes_first_with_a_count_of_the_others():
+def test_the_worst_problem_comes_first_with_a_count_of_the_others() -> None:
     report = make_report("n1", [slow_p2p(), hung_ddp(), ("x", error("probe crashed", code="PROBE_CRASHED"))])
     validate_report(report)
     line = format_oneline(Report.from_json(report))
@@ -42,13 +44,13 @@ def test_the_worst_problem_comes_first_with_a_count_of_the_others():
     assert len(line) <= MAX_LENGTH
 
 
-def test_a_degraded_node_names_its_warning():
+def test_a_degraded_node_names_its_warning() -> None:
     line = format_oneline(Report.from_json(make_report("n1", [ddp_check(), slow_p2p()])))
     assert line.startswith("DEGRADED: NCCL_P2P_SLOW - P2P")
 
 
 @pytest.mark.parametrize("limit", [80, 40, 30])
-def test_the_line_never_exceeds_its_limit_and_never_cuts_the_code(limit):
+def test_the_line_never_exceeds_its_limit_and_never_cuts_the_code(limit: int) -> None:
     long_summary = "rank 7 hung " + "waiting " * 40
     report = make_report("n1", [("ddp_step", fail("DDP_RANK_HUNG", long_summary, "fix it"))])
     line = format_oneline(Report.from_json(report), limit)
@@ -56,13 +58,13 @@ def test_the_line_never_exceeds_its_limit_and_never_cuts_the_code(limit):
     assert line.isascii()
 
 
-def test_non_ascii_and_newlines_become_safe_characters():
+def test_non_ascii_and_newlines_become_safe_characters() -> None:
     report = make_report("n1", [("gpu", fail("GPU_HOT", "GPU 3 at 95 °C\nthrottling", "cool it"))])
     line = format_oneline(Report.from_json(report))
     assert line == "NOT READY: GPU_HOT - GPU 3 at 95 ?C throttling"
 
 
-def test_an_interrupted_run_without_a_failing_check_says_so():
+def test_an_interrupted_run_without_a_failing_check_says_so() -> None:
     report = make_report("n1", [ddp_check()], interrupted="overall --timeout of 50 s reached")
     assert format_oneline(Report.from_json(report)) == "NOT READY: RUN_INTERRUPTED - overall --timeout of 50 s reached"
 
@@ -71,7 +73,7 @@ def test_an_interrupted_run_without_a_failing_check_says_so():
 
 
 @pytest.fixture
-def textfile(tmp_path):
+def textfile(tmp_path: Path) -> Path:
     report = make_report("n1", [busbw_check(231.5, "p2p", nop2p=25.0), ddp_check(0.031), slow_p2p()],
                          gpu_name="NVIDIA H100 80GB HBM3", gpus=8)
     path = tmp_path / "preflight.prom"
@@ -79,7 +81,7 @@ def textfile(tmp_path):
     return path
 
 
-def test_the_textfile_carries_the_verdict_and_each_checks_status(textfile):
+def test_the_textfile_carries_the_verdict_and_each_checks_status(textfile: Path) -> None:
     found = samples(textfile)
     assert value(found, "preflight_verdict", verdict="DEGRADED") == 1
     assert value(found, "preflight_verdict", verdict="READY") == 0
@@ -90,7 +92,7 @@ def test_the_textfile_carries_the_verdict_and_each_checks_status(textfile):
     assert value(found, "preflight_exit_code") == 0
 
 
-def test_the_key_metrics_are_read_from_the_checks_by_name(textfile):
+def test_the_key_metrics_are_read_from_the_checks_by_name(textfile: Path) -> None:
     found = samples(textfile)
     assert value(found, "preflight_gpu_count", source="nvml") == 8
     assert value(found, "preflight_gpu_count", source="torch") == 8
@@ -100,7 +102,7 @@ def test_the_key_metrics_are_read_from_the_checks_by_name(textfile):
     assert value(found, "preflight_ranks") == 8
 
 
-def test_the_textfile_has_no_timestamps_and_no_leftover_temp_file(textfile):
+def test_the_textfile_has_no_timestamps_and_no_leftover_temp_file(textfile: Path) -> None:
     text = textfile.read_text()
     for line in text.splitlines():
         if not line.startswith("#"):
@@ -108,7 +110,7 @@ def test_the_textfile_has_no_timestamps_and_no_leftover_temp_file(textfile):
     assert os.listdir(textfile.parent) == ["preflight.prom"]
 
 
-def test_a_metric_recorded_by_a_check_added_later_shows_up_without_a_change(tmp_path):
+def test_a_metric_recorded_by_a_check_added_later_shows_up_without_a_change(tmp_path: Path) -> None:
     check = ("new_area", passed("fine", metrics=(Metric("h2d_bandwidth", 24.1, "GB/s", {"gpu": "gpu3", "check": "x"}),
                                                  Metric("driver_ok", True), Metric("driver_name", "open"))))
     path = tmp_path / "n.prom"
@@ -134,11 +136,11 @@ def test_a_metric_recorded_by_a_check_added_later_shows_up_without_a_change(tmp_
     ("verdict", "", "preflight_verdict_metric"),
     ("tokens", "tok/s", "preflight_tokens_tok_per_s"),
 ])
-def test_family_names_follow_prometheus_conventions(name, unit, expected):
+def test_family_names_follow_prometheus_conventions(name: str, unit: str, expected: str) -> None:
     assert family_name(name, unit) == expected
 
 
-def test_no_family_repeats_its_unit(tmp_path) -> None:
+def test_no_family_repeats_its_unit(tmp_path: Path) -> None:
     """The metrics the host checks record (cores and bytes per rank) come out with the unit said once."""
     from preflight.judge.host import judge_cpu_memory
     from preflight.probe.host import CpuMemoryFacts
@@ -157,12 +159,12 @@ def test_no_family_repeats_its_unit(tmp_path) -> None:
 
 
 @pytest.mark.parametrize("text", ["node.txt", "metrics", ".prom"])
-def test_the_path_must_be_a_prom_file(text):
+def test_the_path_must_be_a_prom_file(text: str) -> None:
     with pytest.raises(PrometheusPathError, match=r"\*\.prom"):
         prometheus_path(text)
 
 
-def test_a_missing_directory_is_created(tmp_path):
+def test_a_missing_directory_is_created(tmp_path: Path) -> None:
     path = prometheus_path(str(tmp_path / "textfile" / "preflight.prom"))
     write_prometheus(Report.from_json(make_report("n1", [ddp_check()])), path)
     assert "preflight_verdict" in path.read_text()
@@ -171,7 +173,7 @@ def test_a_missing_directory_is_created(tmp_path):
 # -- wired into a run -----------------------------------------------------------------------------
 
 
-def test_a_run_writes_the_textfile_after_the_json(pytester: pytest.Pytester):
+def test_a_run_writes_the_textfile_after_the_json(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_checks='''
 from preflight.outcome import passed, fail
 def test_bw(record):
@@ -191,13 +193,13 @@ def test_broken(record):
     assert value(found, "preflight_busbw_peak_gigabytes_per_second", run="p2p") == 180.25
 
 
-def test_without_the_option_no_textfile_is_written(pytester: pytest.Pytester):
+def test_without_the_option_no_textfile_is_written(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_checks="def test_ok(record):\n    pass\n")
     pytester.runpytest(f"--preflight-report-dir={pytester.path / 'out'}")
     assert not list(pytester.path.rglob("*.prom"))
 
 
-def test_a_bad_path_is_a_usage_error(pytester: pytest.Pytester):
+def test_a_bad_path_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_checks="def test_ok(record):\n    pass\n")
     result = pytester.runpytest(f"--preflight-report-dir={pytester.path / 'out'}", "--preflight-prometheus=x.txt")
     assert result.ret == pytest.ExitCode.USAGE_ERROR

@@ -48,7 +48,7 @@ def run_checks(tmp_path: Path, *options: str, fake: str | None = None) -> dict[s
         preexec_fn=_default_sighup,
     )
     assert (out / "preflight.json").exists(), result.stdout + result.stderr
-    report = json.loads((out / "preflight.json").read_text())
+    report: dict[str, Any] = json.loads((out / "preflight.json").read_text())
     validate_report(report)
     report["_stdout"] = result.stdout
     return report

@@ -30,7 +30,7 @@ from preflight.probe.host_processes import (
     probe_port,
     training_processes,
 )
-from preflight.probe.host_session import probe_session
+from preflight.probe.host_session import SessionFacts, probe_session
 
 MiB = 2**20
 DATA = Path(__file__).resolve().parent / "data" / "host"
@@ -353,7 +353,7 @@ def stat_root(tmp_path: Path, tty_nr: int) -> Path:
 
 
 def session(tmp_path: Path, env: Mapping[str, str], names: Sequence[str], tty_nr: int = 34816,
-            sighup: object = signal.SIG_DFL):  # type: ignore[no-untyped-def]
+            sighup: object = signal.SIG_DFL) -> SessionFacts:
     return probe_session(env=env, processes=lambda: session_table(*names), own_pid=100,
                          sighup_handler=lambda: sighup, proc_root=stat_root(tmp_path, tty_nr))
 
@@ -450,7 +450,7 @@ def test_pcie_probe_with_lspci(tmp_path: Path) -> None:
         (tmp_path / "sys/kernel/iommu_groups" / group).mkdir(parents=True)
     runner = recorded((DATA / "lspci-vvv-amd-gpp-acs-redirect-plx-acs-off.txt").read_text())
     facts = probe_pcie(tmp_path, runner=runner, timeout_s=3)
-    assert runner.calls == [(("lspci", "-vvv"), 3)]  # type: ignore[attr-defined]
+    assert runner.calls == [(("lspci", "-vvv"), 3)]
     assert facts.iommu_groups == 3 and facts.iommu_mode == "translated"
     assert facts.acs is not None and len(facts.acs.redirecting) == 1
     assert "40:01.1" in facts.lspci_excerpt and facts.lspci_problem is None

@@ -137,7 +137,7 @@ def _cycle_in(group: set[str], graph: Mapping[str, set[str]]) -> list[str]:
     queue = [start]
     while queue:
         node = queue.pop(0)
-        for child in sorted(graph.get(node, ()) & group):
+        for child in sorted(graph.get(node, set()) & group):
             if child == start:
                 return [*paths[node], start]
             if child not in paths:

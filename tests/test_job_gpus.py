@@ -26,7 +26,7 @@ def run(out: Path, profile: str, visible: str | None, *args: str) -> dict[str, A
     subprocess.run([sys.executable, "-m", "preflight", "--report-dir", str(out), *args, "--", "-p",
                     "tests.fakes.nvml_plugin", f"--fake-nvml={profile}"], capture_output=True, text=True, env=env,
                    timeout=300)
-    report = json.loads((out / "preflight.json").read_text())
+    report: dict[str, Any] = json.loads((out / "preflight.json").read_text())
     validate_report(report)
     return report
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -27,7 +28,7 @@ def _importable_tests(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 
-def test_two_gloo_ranks_finish_a_ddp_step_with_identical_parameters(tmp_path):
+def test_two_gloo_ranks_finish_a_ddp_step_with_identical_parameters(tmp_path: Path) -> None:
     result = launch_phase("preflight.workers.ddp:run", nproc=2, run_dir=tmp_path, parse_output=DdpResult.parse)
     assert result.ok, result.describe() + result.launcher_tail
     digests = {r.param_sha256 for r in result.outputs(DdpResult)}
@@ -38,7 +39,7 @@ def test_two_gloo_ranks_finish_a_ddp_step_with_identical_parameters(tmp_path):
     assert (tmp_path / "rank0.log").stat().st_mode & 0o077 == 0  # logs are as private as the reports
 
 
-def test_a_crashing_rank_is_named_with_its_error(tmp_path):
+def test_a_crashing_rank_is_named_with_its_error(tmp_path: Path) -> None:
     result = launch_phase("tests.workers.faulty:run", nproc=2, args=["crash", "1"], run_dir=tmp_path,
                           parse_output=DdpResult.parse)
     assert not result.ok and not result.timed_out
@@ -50,7 +51,7 @@ def test_a_crashing_rank_is_named_with_its_error(tmp_path):
     assert any("injected crash" in text for text in verdict.evidence.values())
 
 
-def test_a_rank_killed_by_a_signal_is_named_with_the_signal(tmp_path):
+def test_a_rank_killed_by_a_signal_is_named_with_the_signal(tmp_path: Path) -> None:
     result = launch_phase("tests.workers.faulty:run", nproc=2, args=["sigkill", "0"], run_dir=tmp_path,
                           parse_output=DdpResult.parse)
     assert result.root_cause() == 0
@@ -58,7 +59,7 @@ def test_a_rank_killed_by_a_signal_is_named_with_the_signal(tmp_path):
     assert result.ranks[1].state in ("stopped", "crashed")
 
 
-def test_a_hung_rank_ends_at_the_deadline_and_leaves_no_process(tmp_path):
+def test_a_hung_rank_ends_at_the_deadline_and_leaves_no_process(tmp_path: Path) -> None:
     started = time.monotonic()
     # The phase's budget counts from the last rank's entry into it, so torch's import (10 s on a loaded
     # 2-core machine) is not part of it; the launch's deadline is only the backstop.
@@ -77,7 +78,7 @@ def test_a_hung_rank_ends_at_the_deadline_and_leaves_no_process(tmp_path):
     assert "rank 1" in verdict.summary
 
 
-def test_torchrun_killed_by_sigkill_is_named_as_the_oom_killers_not_a_peer_failure(tmp_path):
+def test_torchrun_killed_by_sigkill_is_named_as_the_oom_killers_not_a_peer_failure(tmp_path: Path) -> None:
     result = launch_phase("tests.workers.faulty:run", nproc=2, args=["kill-torchrun", "1"], run_dir=tmp_path,
                           parse_output=DdpResult.parse)
     assert not result.ok and result.launcher_signal == 9
@@ -105,7 +106,7 @@ shutil.rmtree(run_dir)  # "cleaning up"
 '''
 
 
-def test_a_hostile_script_loses_nothing_and_leaves_nothing(tmp_path):
+def test_a_hostile_script_loses_nothing_and_leaves_nothing(tmp_path: Path) -> None:
     """It prints 40 MB, leaves two daemons and deletes the launch's directory: the logs come back (cut to
     their ends), the daemons are found and stopped, and the launch says what it had to stop."""
     from preflight.launch.logs import KEEP_BYTES
@@ -133,7 +134,7 @@ def test_a_hostile_script_loses_nothing_and_leaves_nothing(tmp_path):
                 and p.info["cmdline"][-1] in ("300", "301")]
 
 
-def test_the_runs_tag_finds_a_process_whatever_its_parent_and_the_cgroup_whatever_its_environment(tmp_path):
+def test_the_runs_tag_finds_a_process_whatever_its_parent_and_the_cgroup_whatever_its_environment(tmp_path: Path) -> None:
     import subprocess
     import sys
 

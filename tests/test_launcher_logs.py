@@ -4,11 +4,12 @@ log of any size cut to its first and last bytes by a chunked copy, never read wh
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 from preflight.launch import logs
 
 
-def test_a_tail_reads_only_the_end(tmp_path):
+def test_a_tail_reads_only_the_end(tmp_path: Path) -> None:
     path = tmp_path / "rank0.log"
     path.write_bytes(b"x" * (3 * logs.TAIL_BYTES) + b"\n".join(b"line %d" % i for i in range(50)))
     assert logs.tail(path, lines=3) == "line 47\nline 48\nline 49"
@@ -16,7 +17,7 @@ def test_a_tail_reads_only_the_end(tmp_path):
     assert logs.tail(tmp_path / "missing.log") == ""
 
 
-def test_a_long_log_keeps_its_head_and_its_tail_and_says_what_was_left_out(tmp_path):
+def test_a_long_log_keeps_its_head_and_its_tail_and_says_what_was_left_out(tmp_path: Path) -> None:
     path = tmp_path / "rank0.log"
     with open(path, "wb") as handle:
         handle.write(b"HEAD\n")
@@ -33,7 +34,7 @@ def test_a_long_log_keeps_its_head_and_its_tail_and_says_what_was_left_out(tmp_p
     assert path.stat().st_mode & 0o777 == 0o600 and not list(tmp_path.glob(".*bounded"))
 
 
-def test_a_short_log_is_written_back_whole_from_a_descriptor_its_file_lost(tmp_path):
+def test_a_short_log_is_written_back_whole_from_a_descriptor_its_file_lost(tmp_path: Path) -> None:
     path = tmp_path / "rank0.log"
     path.write_text("all of it\n")
     fd = os.open(path, os.O_RDONLY)

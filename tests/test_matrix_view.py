@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
+from typing import Any
 
 from preflight.judge.topology import judge_layout
 from preflight.parse.topo import parse_topo_matrix
 from preflight.report.html import _environment
 
 
-def _render(view: dict) -> str:
+def _render(view: dict[str, Any]) -> str:
     return _environment().get_template("views/matrix.html.j2").render(view=view)
 
 

@@ -122,7 +122,7 @@ def test_bytes_per_param_total_scales_the_default_split() -> None:
 
 def test_bytes_per_param_named_parts_keep_other_defaults() -> None:
     split = parse_bytes_per_param(" weights=2 , gradients=2.5 ")
-    assert (split.weights, split.master, split.optimizer, split.gradients) == (2, 4, 8, Fraction(5, 2))
+    assert (split.weights, split.master, split.optimizer, split.gradients) == (Fraction(2), Fraction(4), Fraction(8), Fraction(5, 2))
     assert split.checkpoint() == 14
     assert BytesPerParam().describe() == "18 bytes/param (weights 2 + master 4 + optimizer 8 + gradients 4)"
 

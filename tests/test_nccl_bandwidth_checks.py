@@ -36,7 +36,7 @@ def run_checks(tmp_path: Path, *args: str, env: dict[str, str] | None = None, fa
     return {c["name"]: c for c in report["checks"]}
 
 
-def test_cpu_node_measures_gloo_and_skips_the_p2p_comparison(tmp_path):
+def test_cpu_node_measures_gloo_and_skips_the_p2p_comparison(tmp_path: Path) -> None:
     started = time.monotonic()
     checks = run_checks(tmp_path, "--preflight-profile", "quick", fake=False)
     bandwidth = checks["test_allreduce_bandwidth"]
@@ -50,14 +50,14 @@ def test_cpu_node_measures_gloo_and_skips_the_p2p_comparison(tmp_path):
     assert time.monotonic() - started < 90
 
 
-def test_expected_figure_far_above_the_measurement_fails(tmp_path):
+def test_expected_figure_far_above_the_measurement_fails(tmp_path: Path) -> None:
     checks = run_checks(tmp_path, "--preflight-expect-busbw", "1000", fake=False)
     bandwidth = checks["test_allreduce_bandwidth"]
     assert bandwidth["status"] == "FAIL" and bandwidth["code"] == "NCCL_BUSBW_LOW"
     assert "of the 1000 GB/s expected" in bandwidth["summary"]
 
 
-def test_hang_only_with_p2p_is_p2p_broken(tmp_path):
+def test_hang_only_with_p2p_is_p2p_broken(tmp_path: Path) -> None:
     started = time.monotonic()
     checks = run_checks(tmp_path, "--preflight-launch-timeout", "30", env={"PREFLIGHT_TEST_P2P": "hang"})
     elapsed = time.monotonic() - started
@@ -71,14 +71,14 @@ def test_hang_only_with_p2p_is_p2p_broken(tmp_path):
     assert elapsed < 30 + 90
 
 
-def test_p2p_slower_than_shared_memory_warns(tmp_path):
+def test_p2p_slower_than_shared_memory_warns(tmp_path: Path) -> None:
     checks = run_checks(tmp_path, env={"PREFLIGHT_TEST_P2P": "slow"})
     p2p = checks["test_nccl_p2p"]
     assert p2p["status"] == "WARN" and p2p["code"] == "NCCL_P2P_SLOWER_THAN_SHM", p2p
     assert "export NCCL_P2P_DISABLE=1" in p2p["remediation"]
 
 
-def test_both_runs_failing_names_what_each_rank_logged(tmp_path):
+def test_both_runs_failing_names_what_each_rank_logged(tmp_path: Path) -> None:
     checks = run_checks(tmp_path, env={"PREFLIGHT_TEST_P2P": "crash-always"})
     p2p = checks["test_nccl_p2p"]
     assert p2p["status"] == "FAIL" and p2p["code"] == "NCCL_ALLREDUCE_FAILED", p2p
@@ -86,7 +86,7 @@ def test_both_runs_failing_names_what_each_rank_logged(tmp_path):
     assert "injected failure in every run" in evidence and "NCCL_P2P_DISABLE=1" in evidence
 
 
-def test_inherited_p2p_disable_that_costs_speed_warns(tmp_path):
+def test_inherited_p2p_disable_that_costs_speed_warns(tmp_path: Path) -> None:
     checks = run_checks(tmp_path, env={"PREFLIGHT_TEST_P2P": "slow-off", "NCCL_P2P_DISABLE": "1"})
     env_check = checks["test_nccl_environment"]
     assert env_check["status"] == "WARN" and env_check["code"] == "NCCL_ENV_COSTS_SPEED", env_check
@@ -94,7 +94,7 @@ def test_inherited_p2p_disable_that_costs_speed_warns(tmp_path):
     assert checks["test_nccl_p2p"]["status"] == "PASS"
 
 
-def test_expected_figure_comes_from_the_fake_machine(tmp_path):
+def test_expected_figure_comes_from_the_fake_machine(tmp_path: Path) -> None:
     checks = run_checks(tmp_path, "-p", "tests.fakes.nvml_plugin", "--fake-nvml=8x-h100-sxm", "-k", "bandwidth",
                         env={"CUDA_VISIBLE_DEVICES": "0,1"})
     bandwidth = checks["test_allreduce_bandwidth"]

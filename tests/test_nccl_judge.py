@@ -83,9 +83,9 @@ def test_p2p_hang_with_working_fallback_is_p2p_broken() -> None:
     assert verdict.status is Status.FAIL and verdict.code == "NCCL_P2P_BROKEN"
     assert "hung (ranks 0, 1 did not finish within 60 s)" in verdict.summary
     assert "21.3 GB/s busbw at 256 MiB" in verdict.summary
-    assert "iommu=pt" in verdict.remediation and "intel_iommu=off" in verdict.remediation
-    assert "ACS" in verdict.remediation and "BIOS" in verdict.remediation and "VM" in verdict.remediation
-    assert "NCCL_P2P_DISABLE=1" in verdict.remediation and "4% of the 475 GB/s expected" in verdict.remediation
+    assert "iommu=pt" in (verdict.remediation or "") and "intel_iommu=off" in (verdict.remediation or "")
+    assert "ACS" in (verdict.remediation or "") and "BIOS" in (verdict.remediation or "") and "VM" in (verdict.remediation or "")
+    assert "NCCL_P2P_DISABLE=1" in (verdict.remediation or "") and "4% of the 475 GB/s expected" in (verdict.remediation or "")
     assert "at 'all-reduce of 268435456 bytes'" in verdict.evidence["as-is"]
 
 
@@ -93,7 +93,7 @@ def test_p2p_crash_is_p2p_broken_without_expectation() -> None:
     notes = (RankNote(1, "crashed", "RuntimeError: Cuda failure 'peer access is not supported'"), RankNote(0, "stopped"))
     verdict = judge_p2p_worth_keeping(sweep("as-is", 0, status=RunStatus.FAILED, notes=notes), sweep("off", 15.0))
     assert verdict.code == "NCCL_P2P_BROKEN" and "failed (rank 1 crashed, rank 0 stopped)" in verdict.summary
-    assert "reaches 15.0 GB/s busbw." in verdict.remediation
+    assert "reaches 15.0 GB/s busbw." in (verdict.remediation or "")
 
 
 def test_wrong_values_only_with_p2p_are_p2p_broken() -> None:
@@ -105,7 +105,7 @@ def test_shm_clearly_faster_warns_with_both_figures() -> None:
     verdict = judge_p2p_worth_keeping(sweep("as-is", 10.0), sweep("NCCL_P2P_DISABLE=1", 15.0))
     assert verdict.status is Status.WARN and verdict.code == "NCCL_P2P_SLOWER_THAN_SHM"
     assert "50% faster" in verdict.summary and "10.0" in verdict.summary and "15.0" in verdict.summary
-    assert "export NCCL_P2P_DISABLE=1" in verdict.remediation
+    assert "export NCCL_P2P_DISABLE=1" in (verdict.remediation or "")
     assert {m.name: m.value for m in verdict.metrics} == {"p2p_on_busbw_peak": 10.0, "p2p_off_busbw_peak": 15.0}
 
 
@@ -127,7 +127,7 @@ def test_both_runs_failing_is_a_fail_with_each_ranks_log() -> None:
     assert verdict.status is Status.FAIL and verdict.code == "NCCL_ALLREDUCE_FAILED"
     assert "unspecified launch failure" in verdict.evidence["as-is"]
     assert "ncclShmOpen" in verdict.evidence["NCCL_P2P_DISABLE=1"]
-    assert "/dev/shm" in verdict.remediation
+    assert "/dev/shm" in (verdict.remediation or "")
 
 
 def test_fallback_failing_warns_that_the_workaround_would_not_work() -> None:
@@ -204,7 +204,7 @@ def test_costly_variable_with_measured_cost_warns() -> None:
     verdict = judge_nccl_env(env, sweep("as-is", 20.0, env=env), sweep("without NCCL_P2P_DISABLE", 230.0))
     assert verdict.status is Status.WARN and verdict.code == "NCCL_ENV_COSTS_SPEED"
     assert "costs 91% of all-reduce speed: 20.0 GB/s busbw with it, 230.0 GB/s without" in verdict.summary
-    assert "unset NCCL_P2P_DISABLE" in verdict.remediation
+    assert "unset NCCL_P2P_DISABLE" in (verdict.remediation or "")
 
 
 def test_costly_variable_that_is_needed_passes() -> None:

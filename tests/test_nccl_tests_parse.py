@@ -92,7 +92,9 @@ def test_tag_output_prefix_and_noise_and_failed_footer(test_data: Path) -> None:
     assert [r.size_bytes for r in result.rows] == [33554432, 67108864, 134217728]
     assert result.devices == ("NVIDIA L40S", "NVIDIA L40S")
     assert result.avg_flag == "FAILED" and result.wrong_total == 3
-    assert result.rows[2].out_of_place.correct is False and result.rows[2].in_place.correct is True
+    out_of_place, in_place = result.rows[2].out_of_place, result.rows[2].in_place
+    assert out_of_place is not None and in_place is not None
+    assert out_of_place.correct is False and in_place.correct is True
 
 
 HEADER = "#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong\n"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from preflight.node import AFTER_HUNG_DRIVER_S, Node
 from preflight.node.fabric import Layout, fabric_from, restrict
@@ -34,7 +35,7 @@ class Smi:
 
 
 def node_of(profile: str, tmp_path: Path, environ: Mapping[str, str] | None = None, gpus: int = 8,
-            nvml_timeout_s: float = 20.0, **faults: object) -> tuple[Node, Smi]:
+            nvml_timeout_s: float = 20.0, **faults: Any) -> tuple[Node, Smi]:
     smi = Smi()
     transports = Transports(nvml=fake_transport(profile, **faults), run=torch_runner(cuda_answer(gpus), smi),
                             environ=dict(environ or {}), root=sysfs_root(PROFILES[profile], tmp_path))

@@ -49,15 +49,15 @@ version.
          OpBuildFailure("fused_adam", "the build failed without a compiler message in the captured output")),
     ],
 )
-def test_the_compilers_message_is_found(text, expected):
+def test_the_compilers_message_is_found(text: str, expected: OpBuildFailure | None) -> None:
     assert find_op_build_failure(text) == expected
 
 
-def test_an_ordinary_error_is_not_a_build_failure():
+def test_an_ordinary_error_is_not_a_build_failure() -> None:
     assert find_op_build_failure("Traceback ...\nValueError: error: shapes do not match") is None
     assert find_op_build_failure("") is None
 
 
-def test_a_failure_already_described_by_the_worker_reads_back_the_same():
+def test_a_failure_already_described_by_the_worker_reads_back_the_same() -> None:
     failure = OpBuildFailure("fused_adam", "nvcc fatal   : Unsupported gpu architecture 'compute_90'")
     assert find_op_build_failure(f"OpBuildError: {failure.describe()}\nmore log") == failure

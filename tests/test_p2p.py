@@ -47,7 +47,7 @@ def test_measure_pair_catches_a_copy_that_drops_data() -> None:
     assert result["mismatches"] == 4 and result["first_bad_index"] == 4096 and result["gbps"] is None
 
 
-def _pairs(count: int, gbps: float = 150.0, **overrides: dict[str, Any]) -> list[dict[str, Any]]:
+def _pairs(count: int, gbps: float = 150.0, /, **overrides: dict[str, Any]) -> list[dict[str, Any]]:
     out = []
     for a in range(count):
         for b in range(count):

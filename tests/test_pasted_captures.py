@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -23,9 +24,10 @@ def _text(name: str) -> str:
     return (NCCL / name).read_text()
 
 
-def _json(capsys: pytest.CaptureFixture[str], name: str) -> dict:
+def _json(capsys: pytest.CaptureFixture[str], name: str) -> dict[str, Any]:
     assert main(["nccl-log", str(NCCL / name), "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    data: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return data
 
 
 def _refusal(capsys: pytest.CaptureFixture[str], name: str) -> str:

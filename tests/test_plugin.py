@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 
@@ -65,14 +66,14 @@ EXPECTED = {
 
 
 @pytest.fixture
-def run_all(pytester: pytest.Pytester):
+def run_all(pytester: pytest.Pytester) -> tuple[pytest.RunResult, Path]:
     pytester.makepyfile(test_checks=ALL_VERDICTS)
     report_dir = pytester.path / "out"
     result = pytester.runpytest("-v", f"--preflight-report-dir={report_dir}", "-p", "no:cacheprovider")
     return result, report_dir
 
 
-def test_every_verdict_lands_in_the_report_with_its_code(run_all):
+def test_every_verdict_lands_in_the_report_with_its_code(run_all: tuple[pytest.RunResult, Path]) -> None:
     result, report_dir = run_all
     report = json.loads((report_dir / "preflight.json").read_text())
     validate_report(report)
@@ -88,19 +89,19 @@ def test_every_verdict_lands_in_the_report_with_its_code(run_all):
     assert skipped["summary"] == "not applicable here"
 
 
-def test_pytest_outcomes_follow_the_verdicts(run_all):
+def test_pytest_outcomes_follow_the_verdicts(run_all: tuple[pytest.RunResult, Path]) -> None:
     result, _ = run_all
     outcomes = result.parseoutcomes()
     assert outcomes == {"passed": 2, "failed": 2, "skipped": 2, "errors": 3, "warned": 1}
 
 
-def test_terminal_shows_warn_as_its_own_word_and_ends_with_the_verdict(run_all):
+def test_terminal_shows_warn_as_its_own_word_and_ends_with_the_verdict(run_all: tuple[pytest.RunResult, Path]) -> None:
     result, _ = run_all
     result.stdout.fnmatch_lines(["*test_warn WARN*", "*test_fail FAIL*", "*preflight: problems*",
                                  "*BROKEN_THING*", "*fix: replace gpu3*", "preflight: NOT READY"])
 
 
-def test_the_line_log_has_one_record_per_check(run_all):
+def test_the_line_log_has_one_record_per_check(run_all: tuple[pytest.RunResult, Path]) -> None:
     _, report_dir = run_all
     lines = [json.loads(line) for line in (report_dir / "preflight.jsonl").read_text().splitlines()]
     assert [line["type"] for line in lines].count("check") == len(EXPECTED)
@@ -109,7 +110,7 @@ def test_the_line_log_has_one_record_per_check(run_all):
     assert 0 <= finish["report_write_s"] < 60
 
 
-def test_html_is_self_contained_and_lists_problems_first(run_all):
+def test_html_is_self_contained_and_lists_problems_first(run_all: tuple[pytest.RunResult, Path]) -> None:
     _, report_dir = run_all
     html = (report_dir / "preflight.html").read_text()
     assert re.search(r'<meta http-equiv="Content-Security-Policy" content="default-src &#39;none&#39;;', html)
@@ -118,7 +119,7 @@ def test_html_is_self_contained_and_lists_problems_first(run_all):
     assert "make it fast" in html
 
 
-def test_a_warning_only_run_is_degraded(pytester: pytest.Pytester):
+def test_a_warning_only_run_is_degraded(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_checks='''
 from preflight.outcome import warn, passed
 def test_a(record):
@@ -135,7 +136,7 @@ def test_b(record):
     assert strict.ret == 0
 
 
-def test_without_a_report_dir_the_plugin_stays_out_of_ordinary_test_runs(pytester: pytest.Pytester):
+def test_without_a_report_dir_the_plugin_stays_out_of_ordinary_test_runs(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_plain='''
 import pytest
 def test_ok():
@@ -149,14 +150,14 @@ def test_expected_failure():
     assert not (pytester.path / "reports").exists()
 
 
-def test_bad_option_value_is_a_usage_error(pytester: pytest.Pytester):
+def test_bad_option_value_is_a_usage_error(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_x="def test_x():\n    pass\n")
     result = pytester.runpytest("--preflight-nproc=zero")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--preflight-nproc*expected a whole number*"])
 
 
-def test_slow_checks_are_opt_in(pytester: pytest.Pytester):
+def test_slow_checks_are_opt_in(pytester: pytest.Pytester) -> None:
     pytester.makepyfile(test_slow='''
 import pytest
 @pytest.mark.slow

@@ -10,6 +10,9 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -37,7 +40,7 @@ def _raise_left_with(code: int, state: object = None) -> None:
 
 
 @pytest.fixture
-def counting(tmp_path, monkeypatch):
+def counting(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[bootstrap.StepCounter]:
     """A StepCounter of 1 warm-up + 3 measured steps with its post hook registered globally."""
     monkeypatch.setattr(bootstrap, "_leave", _raise_left_with)
     state = bootstrap.StepCounter(tmp_path, rank=0, script="train.py", warmup=1, steps=3, stall_s=60.0,
@@ -47,14 +50,14 @@ def counting(tmp_path, monkeypatch):
     handle.remove()
 
 
-def _train(optimizer, model, iterations):
+def _train(optimizer: torch.optim.Optimizer, model: torch.nn.Module, iterations: int) -> None:
     for _ in range(iterations):
         optimizer.zero_grad()
         model(torch.ones(2, 4)).sum().backward()
         optimizer.step()
 
 
-def test_one_optimizer_counts_one_step_per_call(counting):
+def test_one_optimizer_counts_one_step_per_call(counting: bootstrap.StepCounter) -> None:
     model = torch.nn.Linear(4, 2)
     _train(torch.optim.SGD(model.parameters(), lr=0.1), model, 3)
     assert counting.count == 3 and len(counting.starts) == 3
@@ -62,11 +65,12 @@ def test_one_optimizer_counts_one_step_per_call(counting):
     assert counting.notes == []
 
 
-def test_zero_style_calls_per_parameter_group_count_once_per_iteration(counting):
+def test_zero_style_calls_per_parameter_group_count_once_per_iteration(counting: bootstrap.StepCounter) -> None:
     # DeepSpeed ZeRO-1/2 (runtime/zero/stage_1_and_2.py, _optimizer_step) steps the inner optimizer
     # once per parameter group with param_groups narrowed to that group, then restores them.
     model = torch.nn.Linear(4, 2)
-    inner = torch.optim.AdamW([{"params": [model.weight]}, {"params": [model.bias], "weight_decay": 0.0}])
+    groups: list[dict[str, Any]] = [{"params": [model.weight]}, {"params": [model.bias], "weight_decay": 0.0}]
+    inner = torch.optim.AdamW(groups)
     for _ in range(3):
         inner.zero_grad()
         model(torch.ones(2, 4)).sum().backward()
@@ -78,7 +82,7 @@ def test_zero_style_calls_per_parameter_group_count_once_per_iteration(counting)
     assert counting.count == 3
 
 
-def test_two_optimizers_on_disjoint_parameters_are_one_step(counting):
+def test_two_optimizers_on_disjoint_parameters_are_one_step(counting: bootstrap.StepCounter) -> None:
     generator, critic = torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)
     opt_g, opt_c = torch.optim.SGD(generator.parameters(), lr=0.1), torch.optim.SGD(critic.parameters(), lr=0.1)
     for _ in range(3):
@@ -91,9 +95,9 @@ def test_two_optimizers_on_disjoint_parameters_are_one_step(counting):
     assert counting.count == 3
 
 
-def test_a_subclass_calling_super_step_counts_once(counting):
+def test_a_subclass_calling_super_step_counts_once(counting: bootstrap.StepCounter) -> None:
     class Clipped(torch.optim.SGD):
-        def step(self, closure=None):  # type: ignore[override]
+        def step(self, closure: Callable[[], float] | None = None) -> Any:
             torch.nn.utils.clip_grad_norm_([p for g in self.param_groups for p in g["params"]], 1.0)
             return super().step(closure)
 
@@ -103,7 +107,7 @@ def test_a_subclass_calling_super_step_counts_once(counting):
     assert counting.count == 2
 
 
-def test_parameters_are_counted_once_in_the_first_step(counting):
+def test_parameters_are_counted_once_in_the_first_step(counting: bootstrap.StepCounter) -> None:
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
     _train(torch.optim.SGD(model.parameters(), lr=0.1), model, 2)
     record = counting.record()
@@ -112,13 +116,13 @@ def test_parameters_are_counted_once_in_the_first_step(counting):
     assert record["sharded_params"] is False
 
 
-def _beat(tmp_path):
+def _beat(tmp_path: Path) -> beats.BeatView:
     view = beats.read_path(tmp_path / beats.beat_name(0))
     assert view is not None
     return view
 
 
-def test_every_rank_stops_at_the_step_after_the_last_measured(counting, tmp_path):
+def test_every_rank_stops_at_the_step_after_the_last_measured(counting: bootstrap.StepCounter, tmp_path: Path) -> None:
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     with pytest.raises(Left) as left:
@@ -132,7 +136,7 @@ def test_every_rank_stops_at_the_step_after_the_last_measured(counting, tmp_path
     assert view.record["optimizers"] == [] and view.record["step_starts_s"] == []  # the header holds the times
 
 
-def test_the_stop_preflight_writes_into_the_beat_file_is_where_every_rank_stops(tmp_path, monkeypatch):
+def test_the_stop_preflight_writes_into_the_beat_file_is_where_every_rank_stops(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bootstrap, "_leave", _raise_left_with)
     fd = beats.create(tmp_path / beats.beat_name(0), capacity=30, target=4, launched=time.monotonic(), stop_at=28)
     state = bootstrap.StepCounter(tmp_path, rank=0, script="train.py", warmup=1, steps=3, stall_s=60.0,
@@ -151,10 +155,10 @@ def test_the_stop_preflight_writes_into_the_beat_file_is_where_every_rank_stops(
     assert _beat(tmp_path).count == 7
 
 
-def test_a_full_disk_never_keeps_the_rank_from_stopping_at_its_step(counting, tmp_path, monkeypatch):
+def test_a_full_disk_never_keeps_the_rank_from_stopping_at_its_step(counting: bootstrap.StepCounter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The record's copy in the beat file fails (as a write on a full disk would): a note, and the rank
     still stops at its step with its count in the beat file's header."""
-    def full(record):
+    def full(record: object) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
     monkeypatch.setattr(counting.beat, "write_record", full)
@@ -166,7 +170,7 @@ def test_a_full_disk_never_keeps_the_rank_from_stopping_at_its_step(counting, tm
     assert any("No space left on device" in note for note in counting.notes)
 
 
-def test_marks_count_the_steps_of_a_script_without_an_optimizer(counting, tmp_path):
+def test_marks_count_the_steps_of_a_script_without_an_optimizer(counting: bootstrap.StepCounter, tmp_path: Path) -> None:
     model = torch.nn.Linear(4, 2)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
     _train(optimizer, model, 2)  # two optimizer steps first: the marks count from the first mark on
@@ -178,7 +182,7 @@ def test_marks_count_the_steps_of_a_script_without_an_optimizer(counting, tmp_pa
     assert any("marks its steps" in note for note in counting.notes)
 
 
-def test_backward_passes_without_an_optimizer_end_the_rank_as_uncountable(counting, tmp_path):
+def test_backward_passes_without_an_optimizer_end_the_rank_as_uncountable(counting: bootstrap.StepCounter, tmp_path: Path) -> None:
     with pytest.raises(Left) as left:
         for _ in range(20):
             counting.on_backward()
@@ -187,7 +191,7 @@ def test_backward_passes_without_an_optimizer_end_the_rank_as_uncountable(counti
     assert view.ended == "uncountable" and view.backward == 5 and view.count == 0
 
 
-def test_the_scripts_os_exit_is_recorded_with_where_it_was_called(counting, tmp_path, monkeypatch):
+def test_the_scripts_os_exit_is_recorded_with_where_it_was_called(counting: bootstrap.StepCounter, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(bootstrap, "_REAL_EXIT", _raise_left)
     exit_now = bootstrap._record_os_exit(counting)
     with pytest.raises(Left) as left:
@@ -200,7 +204,7 @@ def test_the_scripts_os_exit_is_recorded_with_where_it_was_called(counting, tmp_
     assert any(f["file"] == __file__ and "exit_now(3)" in f["code"] for f in frames)
 
 
-def test_a_step_function_is_marked_wherever_it_is_defined():
+def test_a_step_function_is_marked_wherever_it_is_defined() -> None:
     source = (b"class Trainer:\n    def train_step(self):\n        pass\n"
               b"def main():\n    def train_step():\n        pass\n")
     tree, found = bootstrap.decorate_step_function(source, "train.py", "train_step")
@@ -212,7 +216,7 @@ def test_a_step_function_is_marked_wherever_it_is_defined():
     assert bootstrap.decorate_step_function(source, "train.py", "missing")[1] == 0
 
 
-def test_leaving_stops_every_process_the_rank_started(tmp_path):
+def test_leaving_stops_every_process_the_rank_started(tmp_path: Path) -> None:
     """A JIT build's ninja, DataLoader workers: os._exit alone would orphan them."""
     pids_file = tmp_path / "pids"
     code = (
@@ -232,7 +236,7 @@ def test_leaving_stops_every_process_the_rank_started(tmp_path):
     assert [pid for pid in pids if bootstrap._proc_start_time(pid) is not None] == []
 
 
-def _imports(path) -> set[str]:
+def _imports(path: Path) -> set[str]:
     """Top-level names a module imports, leaving out what only the type checker reads."""
     tree = ast.parse(path.read_text())
     skipped = {id(n) for node in ast.walk(tree) if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test)
@@ -248,7 +252,7 @@ def _imports(path) -> set[str]:
     return names
 
 
-def test_the_bootstrap_and_its_siblings_import_only_torch_and_the_standard_library():
+def test_the_bootstrap_and_its_siblings_import_only_torch_and_the_standard_library() -> None:
     """They run with the job's interpreter, where preflight may not be installed: the bootstrap loads
     beat.py and rank_log.py by their paths."""
     allowed = set(sys.stdlib_module_names) | {"torch"}
@@ -257,7 +261,7 @@ def test_the_bootstrap_and_its_siblings_import_only_torch_and_the_standard_libra
         assert "preflight" not in imported and imported <= allowed, (relative, imported - allowed)
 
 
-def test_the_bootstrap_runs_where_preflight_cannot_be_imported(tmp_path):
+def test_the_bootstrap_runs_where_preflight_cannot_be_imported(tmp_path: Path) -> None:
     """A copy of the three files outside any package, run as a plain script: it loads its siblings."""
     for relative in ("rehearse/bootstrap.py", "rehearse/beat.py", "workers/rank_log.py"):
         target = tmp_path / "pkg" / relative
@@ -276,13 +280,13 @@ def test_the_bootstrap_runs_where_preflight_cannot_be_imported(tmp_path):
     assert view is not None and view.ended == "returned"
 
 
-def test_the_bootstrap_writes_the_files_the_launcher_reads():
+def test_the_bootstrap_writes_the_files_the_launcher_reads() -> None:
     from preflight.workers.common import RUN_DIR_ENV
 
     assert bootstrap.RUN_DIR_ENV == RUN_DIR_ENV
 
 
-def test_a_child_the_script_forks_counts_nothing_into_its_ranks_beat_file(counting, tmp_path):
+def test_a_child_the_script_forks_counts_nothing_into_its_ranks_beat_file(counting: bootstrap.StepCounter, tmp_path: Path) -> None:
     """A DataLoader worker or Pool worker inherits the hooks and the shared mapping (os.register_at_fork)."""
     pid = os.fork()
     if pid == 0:  # the child: steps here must not touch the rank's count

@@ -3,7 +3,6 @@ tests/data/rehearse/, one verdict per failure kind, the reports, and nothing lef
 
 from __future__ import annotations
 
-import contextlib
 import importlib.util
 import json
 import os
@@ -84,7 +83,7 @@ def fake_report(tmp_path: Path, busbw: float = 2.5) -> str:
     return str(path)
 
 
-def test_a_seed_style_ddp_script_on_one_and_two_gloo_ranks(tmp_path):
+def test_a_seed_style_ddp_script_on_one_and_two_gloo_ranks(tmp_path: Path) -> None:
     result, report = rehearse(tmp_path, "--warmup", "2", "--steps", "6", "--price-per-hour", "98", "--measure-for",
                               "1", "--", SEED, "--checkpoint", "ckpt.pt")
     assert report is not None, result.stdout + result.stderr
@@ -115,7 +114,7 @@ def test_a_seed_style_ddp_script_on_one_and_two_gloo_ranks(tmp_path):
     assert_nothing_left(tmp_path)
 
 
-def test_a_crash_at_step_3_on_rank_1_names_rank_1_and_its_error(tmp_path):
+def test_a_crash_at_step_3_on_rank_1_names_rank_1_and_its_error(tmp_path: Path) -> None:
     result, report = rehearse(tmp_path, "--nproc", "2", *SHORT, "--", SEED, "--crash-at-step", "3", "--fault-rank", "1")
     assert report is not None and result.returncode == 1, result.stdout + result.stderr
     assert report["verdict"] == "NOT READY"
@@ -129,7 +128,7 @@ def test_a_crash_at_step_3_on_rank_1_names_rank_1_and_its_error(tmp_path):
     assert_nothing_left(tmp_path)
 
 
-def test_a_hang_at_step_2_on_rank_0_names_rank_0_and_where_it_stopped(tmp_path):
+def test_a_hang_at_step_2_on_rank_0_names_rank_0_and_where_it_stopped(tmp_path: Path) -> None:
     result, report = rehearse(tmp_path, "--nproc", "2", *SHORT, "--stall-timeout", "8", "--timeout", "150", "--",
                               SEED, "--hang-at-step", "2", "--fault-rank", "0")
     assert report is not None and result.returncode == 1, result.stdout + result.stderr
@@ -143,7 +142,7 @@ def test_a_hang_at_step_2_on_rank_0_names_rank_0_and_where_it_stopped(tmp_path):
     assert_nothing_left(tmp_path)
 
 
-def test_a_script_that_never_steps_is_named_at_the_deadline(tmp_path):
+def test_a_script_that_never_steps_is_named_at_the_deadline(tmp_path: Path) -> None:
     result, report = rehearse(tmp_path, "--nproc", "1", *SHORT, "--timeout", "40", "--",
                               SEED, "--no-step", "--epochs", "100000000")
     assert report is not None and result.returncode == 1, result.stdout + result.stderr
@@ -155,7 +154,7 @@ def test_a_script_that_never_steps_is_named_at_the_deadline(tmp_path):
     assert_nothing_left(tmp_path)
 
 
-def test_a_script_that_ends_early_is_measured_on_what_it_ran(tmp_path):
+def test_a_script_that_ends_early_is_measured_on_what_it_ran(tmp_path: Path) -> None:
     result, report = rehearse(tmp_path, "--nproc", "1", "--warmup", "1", "--steps", "8", "--no-sweep", "--",
                               SEED, "--max-steps", "5")
     assert report is not None and result.returncode == 0, result.stdout + result.stderr
@@ -166,7 +165,7 @@ def test_a_script_that_ends_early_is_measured_on_what_it_ran(tmp_path):
     assert_nothing_left(tmp_path)
 
 
-def test_an_allocation_failure_is_called_an_oom(tmp_path):
+def test_an_allocation_failure_is_called_an_oom(tmp_path: Path) -> None:
     result, report = rehearse(tmp_path, "--nproc", "1", *SHORT, "--", SEED, "--oom-at-step", "2")
     assert report is not None and result.returncode == 1, result.stdout + result.stderr
     oom = check(report, "test_rehearsal_size[ranks1]")
@@ -175,7 +174,7 @@ def test_an_allocation_failure_is_called_an_oom(tmp_path):
     assert_nothing_left(tmp_path)
 
 
-def test_an_fsdp2_script_on_one_and_two_ranks(tmp_path):
+def test_an_fsdp2_script_on_one_and_two_ranks(tmp_path: Path) -> None:
     result, report = rehearse(tmp_path, *SHORT, "--from-report", fake_report(tmp_path), "--",
                               str(SCRIPTS / "fsdp2_train.py"))
     assert report is not None and result.returncode == 0, result.stdout + result.stderr
@@ -189,7 +188,7 @@ def test_an_fsdp2_script_on_one_and_two_ranks(tmp_path):
 
 
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")
-def test_a_zero2_script_with_deepspeed_counts_one_step_per_iteration(tmp_path):
+def test_a_zero2_script_with_deepspeed_counts_one_step_per_iteration(tmp_path: Path) -> None:
     # On CPU, deepspeed.init_distributed JIT-builds its shared-memory comm op (minutes the first
     # time); a cache of our own keeps later runs fast.
     default = Path.home() / ".cache" / "preflight-tests" / "torch_extensions"
@@ -207,7 +206,7 @@ def test_a_zero2_script_with_deepspeed_counts_one_step_per_iteration(tmp_path):
     assert_nothing_left(tmp_path)
 
 
-def test_sigkill_of_preflight_leaves_no_rank_behind(tmp_path):
+def test_sigkill_of_preflight_leaves_no_rank_behind(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "rehearse", "--nproc", "2", *SHORT, "--timeout", "300",
                              "--", SEED, "--no-step", "--epochs", "100000000"], cwd=tmp_path, env=env,
@@ -236,7 +235,7 @@ MANUAL = str(SCRIPTS / "manual_sgd.py")
 TRIVIAL = str(SCRIPTS / "trivial_train.py")
 
 
-def test_a_hostile_script_is_cleaned_up_after_and_loses_nothing(tmp_path):
+def test_a_hostile_script_is_cleaned_up_after_and_loses_nothing(tmp_path: Path) -> None:
     """Daemons (setsid double-fork, an empty-environment sleeper), a Pool whose tasks ignore SIGTERM, 64 MB
     printed and the report directory deleted by the script: all stopped and named, the log kept (cut),
     the figures read through preflight's own handles."""
@@ -267,18 +266,22 @@ def launched(tmp_path: Path, script: str, *args: str, nproc: int = 1, **plan: An
     rehearsal = RehearsalPlan(script=Path(script), script_text=Path(script).name, args=args, cwd=tmp_path,
                               sizes=(nproc,), warmup=1, steps=4, timeout_s=plan.pop("timeout_s", 300.0),
                               measure_for_s=1.0, cpu_cores=os.cpu_count() or 1, **plan)
-    with contextlib.chdir(tmp_path):  # the job runs where preflight runs
+    previous = os.getcwd()
+    os.chdir(tmp_path)  # the job runs where preflight runs
+    try:
         run = launch_size(rehearsal, nproc, tmp_path / "run")
+    finally:
+        os.chdir(previous)
     return run, judge_size(run, size_figures(run))
 
 
-def test_os_exit_at_step_5_is_named_with_its_code_and_where(tmp_path):
+def test_os_exit_at_step_5_is_named_with_its_code_and_where(tmp_path: Path) -> None:
     run, verdict = launched(tmp_path, FAULTS, "--os-exit", "3", "--at-step", "5")
     assert verdict.code == "REHEARSAL_CRASHED", verdict.summary
     assert verdict.summary == "1 rank: rank 0 called os._exit(3) at faults.py:117 (os._exit(args.os_exit)) after step 5"
 
 
-def test_a_rank_frozen_with_the_gil_held_is_named_and_the_wait_is_shown_live(tmp_path):
+def test_a_rank_frozen_with_the_gil_held_is_named_and_the_wait_is_shown_live(tmp_path: Path) -> None:
     started = time.monotonic()
     result, report = rehearse(tmp_path, "--nproc", "2", *SHORT, "--stall-timeout", "6", "--timeout", "200", "--",
                               FAULTS, "--gil-hang", "--fault-rank", "1", "--at-step", "3")
@@ -291,35 +294,35 @@ def test_a_rank_frozen_with_the_gil_held_is_named_and_the_wait_is_shown_live(tmp
     assert_nothing_left(tmp_path)
 
 
-def test_a_rank_that_returns_at_once_is_named_and_left_out_of_the_scaling(tmp_path):
+def test_a_rank_that_returns_at_once_is_named_and_left_out_of_the_scaling(tmp_path: Path) -> None:
     run, verdict = launched(tmp_path, FAULTS, "--no-ddp", "--idle-rank", "1", nproc=2)
     assert verdict.code == "REHEARSAL_RANK_IDLE" and "rank 1 returned" in verdict.summary, verdict.summary
     fig = size_figures(run)
     assert fig is not None and fig.idle_ranks == (1,) and scaling_rows([fig], None, None) == []
 
 
-def test_a_rank_killed_by_sigkill_is_named_as_the_oom_killers(tmp_path):
+def test_a_rank_killed_by_sigkill_is_named_as_the_oom_killers(tmp_path: Path) -> None:
     run, verdict = launched(tmp_path, FAULTS, "--sigkill", "--fault-rank", "1", nproc=2)
     assert verdict.code == "REHEARSAL_OOM", verdict.summary
     assert verdict.summary.startswith("2 ranks: rank 1 killed by signal 9 (SIGKILL), probably the OOM killer: see "
                                       "`dmesg | grep -i oom` after step 3")
 
 
-def test_a_script_written_for_gpus_rehearsed_on_cpu_says_where_it_needs_cuda(tmp_path):
+def test_a_script_written_for_gpus_rehearsed_on_cpu_says_where_it_needs_cuda(tmp_path: Path) -> None:
     run, verdict = launched(tmp_path, FAULTS, "--needs-cuda")
     assert verdict.code == "REHEARSAL_NEEDS_GPU", verdict.summary
     assert verdict.summary.startswith("1 rank: this script calls torch.cuda.set_device at faults.py:84")
     assert "rehearse it on a GPU node" in verdict.summary
 
 
-def test_a_script_that_exits_by_itself_is_quoted_not_told_to_raise_the_timeout(tmp_path):
+def test_a_script_that_exits_by_itself_is_quoted_not_told_to_raise_the_timeout(tmp_path: Path) -> None:
     run, verdict = launched(tmp_path, FAULTS, "--say", "Unable to locate sufficient 2 gpus to train the model")
     assert verdict.code == "REHEARSAL_NO_STEP" and "--timeout" not in (verdict.remediation or "")
     assert verdict.summary.endswith('without a single optimizer step; its last output: "Unable to locate '
                                     'sufficient 2 gpus to train the model"'), verdict.summary
 
 
-def test_hand_written_sgd_cannot_be_counted_until_its_steps_are_marked(tmp_path):
+def test_hand_written_sgd_cannot_be_counted_until_its_steps_are_marked(tmp_path: Path) -> None:
     run, verdict = launched(tmp_path, MANUAL)
     assert verdict.status is Status.ERROR and verdict.code == "REHEARSAL_STEPS_UNCOUNTED", verdict.summary
     assert "--step-function" in (verdict.remediation or "")
@@ -345,7 +348,7 @@ def venv_without_deepspeed(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root / "bin" / "python"
 
 
-def test_the_job_is_judged_in_the_interpreter_its_command_names(tmp_path, venv_without_deepspeed):
+def test_the_job_is_judged_in_the_interpreter_its_command_names(tmp_path: Path, venv_without_deepspeed: Path) -> None:
     script = tmp_path / "ds_train.py"
     script.write_text("import deepspeed  # the job's own environment does not have it\n")
     result, report = rehearse(tmp_path, "--nproc", "1", *SHORT, "--", str(venv_without_deepspeed), str(script))
@@ -355,7 +358,7 @@ def test_the_job_is_judged_in_the_interpreter_its_command_names(tmp_path, venv_w
     assert report["rehearsal"]["python"] == str(venv_without_deepspeed)
 
 
-def test_a_full_disk_does_not_stop_the_rank_from_stopping_at_its_step(tmp_path):
+def test_a_full_disk_does_not_stop_the_rank_from_stopping_at_its_step(tmp_path: Path) -> None:
     """The report directory on a 8 MB tmpfs (a mount namespace of its own) that the script fills."""
     if subprocess.run(["unshare", "-rm", "true"], capture_output=True).returncode != 0:
         pytest.skip("unprivileged mount namespaces are not available here")
@@ -373,7 +376,7 @@ def test_a_full_disk_does_not_stop_the_rank_from_stopping_at_its_step(tmp_path):
     assert verdict["status"] == "PASS" and size(report, 1)["steps_reached"][0] >= 5, verdict["summary"]
 
 
-def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(tmp_path):
+def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(tmp_path: Path) -> None:
     """On this 2-core machine two gloo ranks share the cores: the scaling is not measurable, every time.
     The output is preflight's (no pytest progress, the verdict once) and the reports go to
     reports/rehearse, beside an earlier node report that stays as it was."""
@@ -386,7 +389,7 @@ def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(t
     for result, report in runs:
         assert report is not None
         scaling = check(report, "test_rehearsal_scaling")
-        if os.cpu_count() and os.cpu_count() <= 2:
+        if (os.cpu_count() or 0) <= 2:
             assert scaling["status"] == "SKIP" and scaling["summary"].startswith("not measurable on this machine")
         out = result.stdout
         assert "[100%]" not in out and " passed" not in out and "..W" not in out

@@ -12,7 +12,7 @@ import pytest
 
 from preflight.commands.rehearse import make_plan
 from preflight.errors import UsageError
-from preflight.rehearse.plan import busbw_from_report, default_sizes
+from preflight.rehearse.plan import RehearsalPlan, busbw_from_report, default_sizes
 from tests.conftest import REPO_ROOT
 
 SCRIPT = "train.py"
@@ -25,28 +25,28 @@ def workdir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def _plan(workdir: Path, *argv: str, gpus: int = 0, cores: int = 2):
+def _plan(workdir: Path, *argv: str, gpus: int = 0, cores: int = 2) -> RehearsalPlan:
     return make_plan(list(argv), workdir, node=lambda python: (gpus, cores))[0]
 
 
 @pytest.mark.parametrize(("gpus", "sizes"), [(1, (1,)), (2, (1, 2)), (4, (1, 2, 4)), (8, (1, 2, 8))])
-def test_default_sizes_are_one_two_and_all(gpus, sizes):
+def test_default_sizes_are_one_two_and_all(gpus: int, sizes: tuple[int, ...]) -> None:
     assert default_sizes(gpus) == sizes
 
 
-def test_a_cpu_node_rehearses_one_and_two_gloo_ranks(workdir):
+def test_a_cpu_node_rehearses_one_and_two_gloo_ranks(workdir: Path) -> None:
     plan = _plan(workdir, "--", SCRIPT, "--config", "cfg.yaml")
     assert plan.sizes == (1, 2) and not plan.on_gpu
     assert plan.script == workdir / SCRIPT and plan.args == ("--config", "cfg.yaml") and plan.cwd == workdir
     assert plan.target == 55
 
 
-def test_nproc_overrides_and_the_script_arguments_pass_unchanged(workdir):
+def test_nproc_overrides_and_the_script_arguments_pass_unchanged(workdir: Path) -> None:
     plan = _plan(workdir, "--nproc", "1,8", "--steps", "20", "--", SCRIPT, "--nproc", "3", "--", "x", gpus=8)
     assert plan.sizes == (1, 8) and plan.steps == 20 and plan.args == ("--nproc", "3", "--", "x")
 
 
-def test_the_jobs_own_torchrun_line_is_taken_apart_by_torch(workdir):
+def test_the_jobs_own_torchrun_line_is_taken_apart_by_torch(workdir: Path) -> None:
     plan = _plan(workdir, "--", "torchrun", "--standalone", "--nproc-per-node=4", SCRIPT, "--lr", "1", gpus=8)
     assert plan.sizes == (1, 2, 4) and plan.args == ("--lr", "1") and plan.launch_command[0] == "torchrun"
 
@@ -63,20 +63,20 @@ def test_the_jobs_own_torchrun_line_is_taken_apart_by_torch(workdir):
     (["--steps", "0", "--", SCRIPT], "expected a number >= 1"),
     (["--from-report", "nothing.json", "--", SCRIPT], "cannot read --from-report"),
 ])
-def test_bad_input_is_one_clear_line(workdir, argv, message):
+def test_bad_input_is_one_clear_line(workdir: Path, argv: list[str], message: str) -> None:
     with pytest.raises(UsageError, match=None) as raised:
         _plan(workdir, *argv)
     assert message in str(raised.value)
 
 
-def test_more_ranks_than_visible_gpus_names_the_visible_count(workdir, monkeypatch):
+def test_more_ranks_than_visible_gpus_names_the_visible_count(workdir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "0,1")
     expected = r"--nproc 8 is more than the 2 GPUs visible here \(CUDA_VISIBLE_DEVICES=0,1\)"
     with pytest.raises(UsageError, match=expected):
         _plan(workdir, "--nproc", "1,8", "--", SCRIPT, gpus=2)
 
 
-def test_busbw_comes_from_the_bandwidth_check_of_a_report(tmp_path):
+def test_busbw_comes_from_the_bandwidth_check_of_a_report(tmp_path: Path) -> None:
     report = {"checks": [
         {"id": "test_nccl_bandwidth.py::test_allreduce_bandwidth", "metrics": [
             {"name": "busbw_peak", "value": 181.5, "unit": "GB/s"}]},
@@ -92,7 +92,7 @@ def test_busbw_comes_from_the_bandwidth_check_of_a_report(tmp_path):
 
 
 @pytest.mark.subprocess
-def test_the_command_prints_one_line_and_exits_2(workdir):
+def test_the_command_prints_one_line_and_exits_2(workdir: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     for argv, message in ((["rehearse", SCRIPT], "put -- before the script"),
                           (["rehearse", "--", "configs"], "configs is a directory, not a script")):
@@ -120,7 +120,7 @@ def _plan_python(workdir: Path, *argv: str) -> str:
     return plan.python
 
 
-def test_the_job_runs_in_the_interpreter_its_command_names(workdir, tmp_path):
+def test_the_job_runs_in_the_interpreter_its_command_names(workdir: Path, tmp_path: Path) -> None:
     other = tmp_path / "venv" / "bin"
     other.mkdir(parents=True)
     python = other / "python3"
@@ -148,18 +148,18 @@ def test_the_job_runs_in_the_interpreter_its_command_names(workdir, tmp_path):
     (["--step-function", "not a name", "--", SCRIPT], "takes a function name or Class.method"),
     (["--step-function", "train_step", "--", SCRIPT], "defines no function of that name"),
 ])
-def test_bad_interpreters_and_step_functions_are_one_line(workdir, argv, message):
+def test_bad_interpreters_and_step_functions_are_one_line(workdir: Path, argv: list[str], message: str) -> None:
     with pytest.raises(UsageError) as raised:
         _plan(workdir, *argv)
     assert message in str(raised.value)
 
 
-def test_a_step_function_the_script_defines_is_taken(workdir):
+def test_a_step_function_the_script_defines_is_taken(workdir: Path) -> None:
     (workdir / SCRIPT).write_text("def train_step():\n    pass\n")
     assert _plan(workdir, "--step-function", "train_step", "--", SCRIPT).step_function == "train_step"
 
 
-def test_a_junit_path_that_cannot_be_written_is_refused_before_anything_runs(workdir):
+def test_a_junit_path_that_cannot_be_written_is_refused_before_anything_runs(workdir: Path) -> None:
     blocker = workdir / "file"
     blocker.write_text("")
     probed: list[str] = []
@@ -173,6 +173,6 @@ def test_a_junit_path_that_cannot_be_written_is_refused_before_anything_runs(wor
     assert probed == []  # refused before the job's torch is even asked
 
 
-def test_reports_go_to_a_directory_of_their_own_by_default(workdir):
+def test_reports_go_to_a_directory_of_their_own_by_default(workdir: Path) -> None:
     args = make_plan(["--", SCRIPT], workdir, node=lambda python: (0, 2))[1]
     assert args.report_dir == Path("reports") / "rehearse"

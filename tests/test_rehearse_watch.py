@@ -30,7 +30,7 @@ def _step(beat: beats.Beat, when: float) -> None:
     beat.floats[beats.LAST_STEP] = when
 
 
-def test_a_beat_file_round_trips_counts_times_and_the_newest_whole_record(tmp_path):
+def test_a_beat_file_round_trips_counts_times_and_the_newest_whole_record(tmp_path: Path) -> None:
     fd = beats.create(tmp_path / "rank0.beat", capacity=50, target=6, launched=1.0)
     beat = _rank(tmp_path, capacity=50)
     for i in range(3):
@@ -49,7 +49,7 @@ def test_a_beat_file_round_trips_counts_times_and_the_newest_whole_record(tmp_pa
     os.close(fd)
 
 
-def test_a_record_too_big_for_its_slot_is_shortened_not_lost(tmp_path):
+def test_a_record_too_big_for_its_slot_is_shortened_not_lost(tmp_path: Path) -> None:
     beat = _rank(tmp_path)
     huge = {"rank": 0, "stack": [{"file": "x" * 1000}] * 400, "error": {"traceback": "t" * 300_000}}
     assert beat.write_record(huge)
@@ -58,7 +58,7 @@ def test_a_record_too_big_for_its_slot_is_shortened_not_lost(tmp_path):
     assert len(view.record["stack"]) == 5
 
 
-def test_without_a_usable_file_the_rank_counts_in_memory_and_says_so(tmp_path):
+def test_without_a_usable_file_the_rank_counts_in_memory_and_says_so(tmp_path: Path) -> None:
     (tmp_path / "rank0.beat").write_text("someone else's file")
     beat, problem = beats.Beat.attach(tmp_path / "rank0.beat", capacity=20, target=6, launched=0.0)
     assert not beat.shared and problem is not None and "not a beat file" in problem
@@ -66,14 +66,15 @@ def test_without_a_usable_file_the_rank_counts_in_memory_and_says_so(tmp_path):
     assert int(beat.ints[beats.COUNT]) == 1 and int(beat.ints[beats.STOP_AT]) == 6
 
 
-def test_the_spread_of_a_steady_window_is_small_and_of_a_noisy_one_large():
+def test_the_spread_of_a_steady_window_is_small_and_of_a_noisy_one_large() -> None:
     steady = [i * 0.01 for i in range(200)]
     spread = block_spread(steady, 5)
     assert spread is not None and spread.rate == pytest.approx(100.0) and spread.relative < 1e-6
     noisy = [0.0]
     for i in range(1, 200):
         noisy.append(noisy[-1] + (0.01 if (i // 30) % 2 else 0.03))
-    assert block_spread(noisy, 5).relative > 0.1
+    noisy_spread = block_spread(noisy, 5)
+    assert noisy_spread is not None and noisy_spread.relative > 0.1
     assert block_spread(steady[:10], 5) is None  # too few steps for six blocks of two
 
 
@@ -85,7 +86,7 @@ def _watch(tmp_path: Path, nproc: int, **extra: float) -> BeatWatch:
     return watch
 
 
-def test_the_window_is_decided_while_the_ranks_run_and_only_well_ahead_of_them(tmp_path):
+def test_the_window_is_decided_while_the_ranks_run_and_only_well_ahead_of_them(tmp_path: Path) -> None:
     watch = _watch(tmp_path, 2)
     ranks = [_rank(tmp_path, r, target=12, capacity=watch.capacity) for r in (0, 1)]
     assert all(int(b.ints[beats.STOP_AT]) == watch.undecided for b in ranks)  # undecided until steps are seen
@@ -99,7 +100,7 @@ def test_the_window_is_decided_while_the_ranks_run_and_only_well_ahead_of_them(t
     assert watch.status(2, now).phase == "measuring"
 
 
-def test_a_stop_some_rank_is_too_close_to_is_left_alone(tmp_path):
+def test_a_stop_some_rank_is_too_close_to_is_left_alone(tmp_path: Path) -> None:
     watch = _watch(tmp_path, 1)
     beat = _rank(tmp_path, target=12, capacity=watch.capacity)
     beat.ints[beats.STOP_AT] = watch.stop_at = 40
@@ -111,7 +112,7 @@ def test_a_stop_some_rank_is_too_close_to_is_left_alone(tmp_path):
     assert int(beat.ints[beats.STOP_AT]) == 40
 
 
-def test_a_rank_whose_watchdog_went_silent_ends_the_launch_as_frozen(tmp_path):
+def test_a_rank_whose_watchdog_went_silent_ends_the_launch_as_frozen(tmp_path: Path) -> None:
     watch = _watch(tmp_path, 2, stall_s=5.0)
     waiting, frozen = (_rank(tmp_path, r, capacity=watch.capacity) for r in (0, 1))
     now = time.monotonic()
@@ -126,7 +127,7 @@ def test_a_rank_whose_watchdog_went_silent_ends_the_launch_as_frozen(tmp_path):
     assert status.phase == "waiting for rank 1's step 2" and status.label == "hung if none by 5 s"
 
 
-def test_the_records_are_built_from_the_header_and_kept_when_the_file_cannot_be_written(tmp_path):
+def test_the_records_are_built_from_the_header_and_kept_when_the_file_cannot_be_written(tmp_path: Path) -> None:
     watch = _watch(tmp_path, 1)
     beat = _rank(tmp_path, capacity=watch.capacity)
     for i in range(4):
@@ -145,7 +146,7 @@ def test_the_records_are_built_from_the_header_and_kept_when_the_file_cannot_be_
         assert not (tmp_path / "rank0.rehearsal.json").exists() and "could not be written" in watch.problems[0]
 
 
-def test_a_rank_that_never_opened_its_file_has_no_record(tmp_path):
+def test_a_rank_that_never_opened_its_file_has_no_record(tmp_path: Path) -> None:
     watch = _watch(tmp_path, 2)
     _rank(tmp_path, 0, capacity=watch.capacity)
     watch.finish(tmp_path)
@@ -153,7 +154,7 @@ def test_a_rank_that_never_opened_its_file_has_no_record(tmp_path):
     assert not list(tmp_path.glob("*.beat"))  # the beat files are preflight's own: gone with the launch
 
 
-def test_the_live_line_says_what_the_launch_waits_for(tmp_path):
+def test_the_live_line_says_what_the_launch_waits_for(tmp_path: Path) -> None:
     watch = _watch(tmp_path, 2)
     now = time.monotonic()
     assert watch.status(2, now).phase == "start-up"
@@ -168,7 +169,7 @@ def test_the_live_line_says_what_the_launch_waits_for(tmp_path):
     assert struct.calcsize("<d") == 8
 
 
-def test_a_rank_that_ended_by_itself_does_not_keep_the_others_undecided(tmp_path):
+def test_a_rank_that_ended_by_itself_does_not_keep_the_others_undecided(tmp_path: Path) -> None:
     watch = _watch(tmp_path, 2)
     trainer, idle = (_rank(tmp_path, r, target=12, capacity=watch.capacity) for r in (0, 1))
     idle.ints[beats.ENDED] = beats.ENDINGS.index("returned")  # rank 1 returned at once, without a step
@@ -179,7 +180,7 @@ def test_a_rank_that_ended_by_itself_does_not_keep_the_others_undecided(tmp_path
     assert watch.decided and int(trainer.ints[beats.STOP_AT]) == watch.stop_at < watch.undecided
 
 
-def test_when_one_rank_cannot_have_preflights_file_every_rank_keeps_the_plans_window(tmp_path):
+def test_when_one_rank_cannot_have_preflights_file_every_rank_keeps_the_plans_window(tmp_path: Path) -> None:
     (tmp_path / beats.beat_name(1)).mkdir()  # rank 1's file cannot be made (a full disk fails the same way)
     watch = _watch(tmp_path, 2)
     assert watch.fixed and "rank 1's beat file could not be made" in watch.problems[0]
@@ -192,7 +193,7 @@ def test_when_one_rank_cannot_have_preflights_file_every_rank_keeps_the_plans_wi
     assert int(beat.ints[beats.STOP_AT]) == 12
 
 
-def test_the_rank_logs_and_the_reports_share_one_privacy_rule():
+def test_the_rank_logs_and_the_reports_share_one_privacy_rule() -> None:
     """workers/rank_log.py is loaded by path in the job's interpreter, so it cannot import the report
     writer's constants: they are kept equal here."""
     from preflight.report import writer

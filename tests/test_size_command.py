@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import pytest
 
@@ -10,9 +11,10 @@ from preflight.commands.size import main
 from preflight.errors import UsageError
 
 
-def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
+def run_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, Any]:
     assert main([*argv, "--json"]) == 0
-    return json.loads(capsys.readouterr().out)
+    data: dict[str, Any] = json.loads(capsys.readouterr().out)
+    return data
 
 
 def test_table_for_7b_on_8x80gb(capsys: pytest.CaptureFixture[str]) -> None:

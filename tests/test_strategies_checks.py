@@ -45,7 +45,7 @@ def run_checks(tmp_path: Path, *options: str, plugins: tuple[str, ...] = (), env
                              f"--preflight-report-dir={out}", "--preflight-cpu", *options], capture_output=True, text=True,
                             env=full_env, cwd=tmp_path, timeout=2500)
     assert (out / "preflight.json").exists(), result.stdout + result.stderr
-    report = json.loads((out / "preflight.json").read_text())
+    report: dict[str, Any] = json.loads((out / "preflight.json").read_text())
     validate_report(report)
     return report
 
@@ -61,7 +61,7 @@ def _fsdp2_runs_here() -> bool:
         FSDP2_CPU_MIN_TORCH
 
 
-def test_all_strategies_run_for_real_zero_included(tmp_path):
+def test_all_strategies_run_for_real_zero_included(tmp_path: Path) -> None:
     report = run_checks(tmp_path, "--preflight-strategy=all", *BUILD_BUDGET)
     checks = by_name(report)
     assert checks["test_ddp_step"]["status"] == "PASS"
@@ -86,7 +86,7 @@ def test_all_strategies_run_for_real_zero_included(tmp_path):
     assert report["node"]["strategies"]["deepspeed"] == "0.19.8"  # found by metadata, not import
 
 
-def test_only_the_selected_strategy_runs(tmp_path):
+def test_only_the_selected_strategy_runs(tmp_path: Path) -> None:
     report = run_checks(tmp_path, "--preflight-strategy=fsdp", "-k", "zero1")
     zero1 = by_name(report)["test_strategy_step[zero1]"]
     assert zero1["status"] == "SKIP" and zero1["summary"].startswith("strategy zero1 not selected (--strategy")
@@ -96,7 +96,7 @@ def test_only_the_selected_strategy_runs(tmp_path):
                                             "deepspeed": importlib.metadata.version("deepspeed")}
 
 
-def test_a_diverging_rank_makes_the_node_not_ready_and_is_named(tmp_path):
+def test_a_diverging_rank_makes_the_node_not_ready_and_is_named(tmp_path: Path) -> None:
     report = run_checks(tmp_path, "--preflight-strategy=fsdp", "-k", "fsdp", plugins=("tests.fakes.faulty_strategies",),
                         env={"PREFLIGHT_TEST_FAULT": "diverge:1"})
     fsdp = by_name(report)["test_strategy_step[fsdp]"]
@@ -104,7 +104,7 @@ def test_a_diverging_rank_makes_the_node_not_ready_and_is_named(tmp_path):
     assert "rank 1" in fsdp["summary"] and report["verdict"] == "NOT READY"
 
 
-def test_preflight_strategy_zero2_on_the_command_line(tmp_path):
+def test_preflight_strategy_zero2_on_the_command_line(tmp_path: Path) -> None:
     """``preflight --strategy zero2``: only when the installed checks are this checkout's."""
     if checks_dir() != (REPO_ROOT / "checks").resolve():
         pytest.skip(f"the installed preflight.checks is another checkout ({checks_dir()})")
@@ -119,7 +119,7 @@ def test_preflight_strategy_zero2_on_the_command_line(tmp_path):
     assert checks["test_strategy_step[zero1]"]["status"] == "SKIP"  # not selected
 
 
-def test_an_unknown_strategy_is_a_usage_error(tmp_path):
+def test_an_unknown_strategy_is_a_usage_error(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     result = subprocess.run([sys.executable, "-m", "preflight", "--strategy", "zero4"], capture_output=True,
                             text=True, env=env, cwd=tmp_path, timeout=60)
@@ -128,7 +128,7 @@ def test_an_unknown_strategy_is_a_usage_error(tmp_path):
                                      "fsdp, zero1, zero2, zero3, all")
 
 
-def test_without_a_gpu_and_without_cpu_nothing_is_built_and_the_verdict_comes_in_seconds(tmp_path):
+def test_without_a_gpu_and_without_cpu_nothing_is_built_and_the_verdict_comes_in_seconds(tmp_path: Path) -> None:
     """No rehearsal runs (no GPU for the job, no --cpu), so no phase loads DeepSpeed's ops: none is built
     (issue 27: 172 s of silent compiling for a NO_NVIDIA_GPU known after 4 s)."""
     if checks_dir() != (REPO_ROOT / "checks").resolve():

@@ -58,7 +58,7 @@ def finished(*payloads: dict[str, Any]) -> PhaseResult:
                        state="finished", duration_s=12.5, deadline_s=120.0, run_dir=Path("/nonexistent"))
 
 
-def test_a_healthy_rehearsal_passes_with_per_rank_figures():
+def test_a_healthy_rehearsal_passes_with_per_rank_figures() -> None:
     verdict = judge_strategy(finished(rank_result(0), rank_result(1)), "fsdp")
     assert verdict.status is Status.PASS
     assert "2 ranks (gloo, fp32) ran 3 FSDP2 steps: loss 5.050 -> 3.280" in verdict.summary
@@ -83,7 +83,7 @@ def test_a_healthy_rehearsal_passes_with_per_rank_figures():
         ({"available": False, "reason": "the disk was full"}, "FSDP_CHECKPOINT_UNAVAILABLE", "the disk was full"),
     ],
 )
-def test_each_problem_on_rank_1_fails_with_its_code_and_names_the_rank(changes, code, words):
+def test_each_problem_on_rank_1_fails_with_its_code_and_names_the_rank(changes: dict[str, Any], code: str, words: str) -> None:
     launch = finished(rank_result(0), rank_result(1, **copy.deepcopy(changes)))
     verdict = judge_strategy(launch, "fsdp")
     assert (verdict.status, verdict.code) == (Status.FAIL, code)
@@ -91,7 +91,7 @@ def test_each_problem_on_rank_1_fails_with_its_code_and_names_the_rank(changes, 
     assert verdict.remediation
 
 
-def test_losses_within_bf16_rounding_agree_and_beyond_it_diverge():
+def test_losses_within_bf16_rounding_agree_and_beyond_it_diverge() -> None:
     bf16 = {"precision": "bf16 compute, fp32 reduce"}
     close = finished(rank_result(0, **bf16), rank_result(1, probe_loss=5.3712, **bf16))
     assert judge_strategy(close, "fsdp").status is Status.PASS
@@ -99,17 +99,17 @@ def test_losses_within_bf16_rounding_agree_and_beyond_it_diverge():
     assert judge_strategy(apart, "fsdp").code == "FSDP_RANKS_DIVERGED"
 
 
-def test_numpy_missing_warns_and_keeps_the_step_figures():
+def test_numpy_missing_warns_and_keeps_the_step_figures() -> None:
     reason = "torch cannot use numpy (Numpy is not available): object collectives need numpy"
     launch = finished(rank_result(0, available=False, reason=reason), rank_result(1, available=False, reason=reason))
     verdict = judge_strategy(launch, "fsdp")
     assert (verdict.status, verdict.code) == (Status.WARN, "FSDP_CHECKPOINT_NEEDS_NUMPY")
-    assert "pip install numpy" in verdict.remediation
+    assert "pip install numpy" in (verdict.remediation or "")
     assert {m.name for m in verdict.metrics} >= {"step_time", "peak_memory"}
     assert "checkpoint_save_time" not in {m.name for m in verdict.metrics}
 
 
-def test_a_healthy_zero_rehearsal_names_its_accelerator_and_op_loads_and_reports_its_config():
+def test_a_healthy_zero_rehearsal_names_its_accelerator_and_op_loads_and_reports_its_config() -> None:
     def zero(rank: int) -> RankResult:
         payload = rank_result(rank, strategy="zero2", api="deepspeed 0.19.8", config={"zero_optimization": {"stage": 2}},
                               accelerator="cpu", ops=[{"op": "cpu_adam", "seconds": 1.25 + rank, "from": "manifest"}])
@@ -125,7 +125,7 @@ def test_a_healthy_zero_rehearsal_names_its_accelerator_and_op_loads_and_reports
     assert verdict.details["config"] == {"zero_optimization": {"stage": 2}}
 
 
-def test_a_phase_that_returned_at_once_is_skipped_with_its_reason():
+def test_a_phase_that_returned_at_once_is_skipped_with_its_reason() -> None:
     payload = {**rank_result(0), "result": {"strategy": "fsdp", "not_run": "torch 2.6.0 cannot run FSDP2 on CPU ranks"}}
     verdict = judge_strategy(finished(payload, {**payload, "rank": 1}), "fsdp")
     assert (verdict.status, verdict.summary) == (
@@ -139,21 +139,21 @@ def hung(last_phases: dict[int, str]) -> PhaseResult:
                        duration_s=60.0, deadline_s=60.0, run_dir=Path("/nonexistent"))
 
 
-def test_a_hang_inside_a_save_says_saves_must_be_called_on_every_rank():
+def test_a_hang_inside_a_save_says_saves_must_be_called_on_every_rank() -> None:
     verdict = judge_strategy(hung({0: phases.CHECKPOINT_SAVE, 1: "training on"}), "zero2")
     assert (verdict.status, verdict.code) == (Status.FAIL, "ZERO2_CHECKPOINT_SAVE_HUNG")
     assert "ZeRO-2: the checkpoint save never completed: rank 0 waited in it for 40 s" in verdict.summary
     assert "rank 1 at 'training on'" in verdict.summary and "(not in the save)" in verdict.summary
-    assert "every rank" in verdict.remediation and "`if rank == 0:`" in verdict.remediation
+    assert "every rank" in (verdict.remediation or "") and "`if rank == 0:`" in (verdict.remediation or "")
     assert "rank0 log tail (hung)" in verdict.evidence
 
 
-def test_a_hang_inside_a_load_is_named_as_the_load():
+def test_a_hang_inside_a_load_is_named_as_the_load() -> None:
     verdict = judge_strategy(hung({0: phases.CHECKPOINT_LOAD, 1: phases.CHECKPOINT_LOAD}), "fsdp")
     assert verdict.code == "FSDP_CHECKPOINT_LOAD_HUNG" and "ranks 0, 1 waited in it" in verdict.summary
 
 
-def test_a_hang_elsewhere_is_the_standard_hang_verdict():
+def test_a_hang_elsewhere_is_the_standard_hang_verdict() -> None:
     verdict = judge_strategy(hung({0: phases.STEPS, 1: phases.STEPS}), "fsdp")
     assert verdict.code == "FSDP_RANK_HUNG"
 
@@ -165,7 +165,7 @@ def crashed(error: str, log_tail: str) -> PhaseResult:
                        deadline_s=60.0, run_dir=Path("/nonexistent"), launcher_tail=ROOT_CAUSE_TAIL)
 
 
-def test_an_op_build_failure_quotes_the_compiler():
+def test_an_op_build_failure_quotes_the_compiler() -> None:
     tail = ("[1/2] c++ -c cpu_adam.cpp -o cpu_adam.o\nFAILED: cpu_adam.o\n"
             "csrc/includes/simd.h:12:10: fatal error: immintrin.h: No such file or directory\n"
             "ninja: build stopped: subcommand failed.\nTraceback (most recent call last):")
@@ -175,12 +175,12 @@ def test_an_op_build_failure_quotes_the_compiler():
             "No such file or directory (rank 1)") in verdict.summary
 
 
-def test_any_other_crash_is_the_standard_crash_verdict():
+def test_any_other_crash_is_the_standard_crash_verdict() -> None:
     verdict = judge_strategy(crashed("ValueError: bad shape", "Traceback ...\nValueError: bad shape"), "fsdp")
     assert verdict.code == "FSDP_RANK_CRASHED" and "rank 1" in verdict.summary
 
 
-def test_ranks_still_compiling_an_op_are_a_slow_build_not_a_hang():
+def test_ranks_still_compiling_an_op_are_a_slow_build_not_a_hang() -> None:
     building = f"{phases.OP_LOAD}: fused_adam"
     verdict = judge_strategy(hung({0: building, 1: building}), "zero2")
     assert (verdict.status, verdict.code) == (Status.WARN, "ZERO2_OP_BUILD_UNFINISHED")
@@ -190,7 +190,7 @@ def test_ranks_still_compiling_an_op_are_a_slow_build_not_a_hang():
 
 
 @pytest.mark.parametrize("strategy", ["zero1", "zero2", "zero3"])
-def test_zero_needs_deepspeed_and_runs_on_cpu_ranks_too(strategy):
+def test_zero_needs_deepspeed_and_runs_on_cpu_ranks_too(strategy: str) -> None:
     missing = strategy_unavailable(strategy, deepspeed_version=None, gpus=8)
     assert missing and "DeepSpeed is not installed" in missing and "pip install deepspeed" in missing
     assert strategy_unavailable(strategy, deepspeed_version="0.19.8", gpus=0, torch_version="2.4.1") is None
@@ -200,7 +200,7 @@ def test_zero_needs_deepspeed_and_runs_on_cpu_ranks_too(strategy):
 @pytest.mark.parametrize(("torch_version", "gpus", "runs"), [
     ("2.4.1+cu121", 0, False), ("2.5.1", 0, False), ("2.6.0+cpu", 0, False), ("2.7.1", 0, True),
     ("2.13.0+cpu", 0, True), ("2.4.1+cu121", 8, True), ("2.6.0", 1, True), (None, 0, True)])
-def test_fsdp2_on_cpu_ranks_needs_torch_2_7(torch_version, gpus, runs):
+def test_fsdp2_on_cpu_ranks_needs_torch_2_7(torch_version: str | None, gpus: int, runs: bool) -> None:
     reason = strategy_unavailable("fsdp", deepspeed_version=None, gpus=gpus, torch_version=torch_version)
     assert (reason is None) is runs, reason
     if not runs:
@@ -208,11 +208,11 @@ def test_fsdp2_on_cpu_ranks_needs_torch_2_7(torch_version, gpus, runs):
         assert "torch.cuda.Stream" in reason and "FSDP requires CUDA for streams" in reason
 
 
-def test_ddp_runs_everywhere():
+def test_ddp_runs_everywhere() -> None:
     assert strategy_unavailable("ddp", deepspeed_version=None, gpus=0, torch_version="2.4.1") is None
 
 
-def test_the_memory_fit_pointer_names_the_rehearsing_check_or_the_option_to_add():
+def test_the_memory_fit_pointer_names_the_rehearsing_check_or_the_option_to_add() -> None:
     assert rehearsal_pointer("fsdp", ["ddp", "fsdp"]) == (
         "FSDP2 is rehearsed in this run (a few steps and a checkpoint round trip).")
     assert rehearsal_pointer("ddp", ("ddp",)) == "DDP is rehearsed in this run (one step on every rank)."
@@ -225,7 +225,7 @@ def test_the_memory_fit_pointer_names_the_rehearsing_check_or_the_option_to_add(
     assert set(CHECK_IDS) == {"ddp", "fsdp", "zero1", "zero2", "zero3"}
 
 
-def test_the_memory_fit_verdict_gains_the_pointer_in_its_remediation_or_summary():
+def test_the_memory_fit_verdict_gains_the_pointer_in_its_remediation_or_summary() -> None:
     needs = warn("MEMORY_FIT_NEEDS_SHARDING", "7B does not fit with plain DDP", "Train with ZeRO-2 or more sharding.")
     pointed = with_rehearsal_pointer(needs, "zero2", ["ddp", "fsdp"])
     assert pointed.remediation == ("Train with ZeRO-2 or more sharding. ZeRO-2 is not rehearsed in this run: add "

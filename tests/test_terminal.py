@@ -46,7 +46,7 @@ from tests.fleet_reports import ddp_check, make_report, slow_p2p
 RULE = "=" * 80
 
 
-def partial(report: dict, selected: int, collected: int, keyword: str | None = "ddp") -> dict:
+def partial(report: dict[str, Any], selected: int, collected: int, keyword: str | None = "ddp") -> dict[str, Any]:
     """``report`` as a run that selected ``selected`` of ``collected`` checks with ``-k keyword``."""
     selection = Selection(keyword=keyword, collected=collected, deselected=collected - selected)
     report["run"]["selection"] = selection.as_dict()
@@ -56,7 +56,7 @@ def partial(report: dict, selected: int, collected: int, keyword: str | None = "
 # -- the selection in the report --------------------------------------------------------------------
 
 
-def test_the_selection_is_in_the_run_section_and_the_schemas_describe_it():
+def test_the_selection_is_in_the_run_section_and_the_schemas_describe_it() -> None:
     report = partial(make_report("n1", [ddp_check()]), 1, 45)
     validate_report(report)
     assert first_problem(report) is None
@@ -65,7 +65,7 @@ def test_the_selection_is_in_the_run_section_and_the_schemas_describe_it():
                                           "partial": True}
 
 
-def test_the_strict_reader_refuses_a_selection_it_does_not_know():
+def test_the_strict_reader_refuses_a_selection_it_does_not_know() -> None:
     report = partial(make_report("n1", [ddp_check()]), 1, 45)
     report["run"]["selection"]["picked_by"] = "someone"
     assert first_problem(report) == "run.selection.picked_by is not allowed"
@@ -73,7 +73,7 @@ def test_the_strict_reader_refuses_a_selection_it_does_not_know():
     assert first_problem(report) == "run.selection has no 'selected'"
 
 
-def test_a_partial_run_says_how_much_it_covered_everywhere():
+def test_a_partial_run_says_how_much_it_covered_everywhere() -> None:
     report = partial(make_report("n1", [ddp_check()]), 1, 45)
     typed = Report.from_json(report)
     assert typed.headline == "READY: 1 of 45 checks selected"
@@ -84,19 +84,19 @@ def test_a_partial_run_says_how_much_it_covered_everywhere():
     assert block[-1] == "READY: 1 of 45 checks selected (-k ddp)"
 
 
-def test_a_whole_run_reads_as_before():
+def test_a_whole_run_reads_as_before() -> None:
     report = partial(make_report("n1", [ddp_check()]), 45, 45, keyword=None)
     typed = Report.from_json(report)
     assert typed.headline == format_oneline(typed) == "READY"
     assert "<h1>READY</h1>" in render_html(typed)
 
 
-def test_a_partial_run_with_a_problem_keeps_the_code_first():
+def test_a_partial_run_with_a_problem_keeps_the_code_first() -> None:
     report = partial(make_report("n1", [ddp_check(), slow_p2p()]), 2, 45)
     assert format_oneline(Report.from_json(report)).startswith("DEGRADED: NCCL_P2P_SLOW (2 of 45 checks selected) - P2P")
 
 
-def test_an_interrupted_run_names_the_interruption_not_a_warning_and_counts_what_did_not_run():
+def test_an_interrupted_run_names_the_interruption_not_a_warning_and_counts_what_did_not_run() -> None:
     report = make_report("n1", [ddp_check(), slow_p2p()], interrupted="interrupted by the user (Ctrl-C)")
     report["not_run"] = [f"test_x.py::test_{n}" for n in range(12)]
     line = format_oneline(Report.from_json(report))
@@ -109,14 +109,14 @@ def test_an_interrupted_run_names_the_interruption_not_a_warning_and_counts_what
 # -- formatting ---------------------------------------------------------------------------------------
 
 
-def test_titles_are_the_docstring_without_its_aside_and_keep_the_parameter():
+def test_titles_are_the_docstring_without_its_aside_and_keep_the_parameter() -> None:
     assert check_title("Is there an NVIDIA GPU for the job (or a CPU rehearsal)\n\nmore", "test_gpu") == \
         "Is there an NVIDIA GPU for the job"
     assert check_title("Is the GPU free of ECC errors?", "test_gpu_ecc[gpu3]") == "Is the GPU free of ECC errors? [gpu3]"
     assert check_title(None, "test_gpu_ecc") == "gpu ecc"
 
 
-def test_every_check_title_is_a_question_that_no_status_contradicts():
+def test_every_check_title_is_a_question_that_no_status_contradicts() -> None:
     """A title is the question the check answers, phrased so that yes is the healthy answer: it reads right
     beside PASS, WARN, FAIL or SKIP ("PASS There is an NVIDIA GPU" under --cpu, "WARN No earlier training run
     is still running" were statements one status contradicted)."""
@@ -132,7 +132,7 @@ def test_every_check_title_is_a_question_that_no_status_contradicts():
     assert not [title for title in titles.values() if title.split()[0] in ("No", "There", "The", "A")]
 
 
-def test_clauses_end_at_punctuation_outside_parentheses_and_before_a_long_aside():
+def test_clauses_end_at_punctuation_outside_parentheses_and_before_a_long_aside() -> None:
     assert clauses("2 CPU cores (cgroup: 2) for 2 ranks: 1.0 cores per rank; fine, e.g. here. Next") == [
         "2 CPU cores (cgroup: 2) for 2 ranks:", "1.0 cores per rank;", "fine,", "e.g. here.", "Next"]
     assert clauses("8 GPU(s) (cuda0 = GPU 0 (00000000:18:00.0), cuda1 = GPU 1 (00000000:2A:00.0)) seen") == [
@@ -140,7 +140,7 @@ def test_clauses_end_at_punctuation_outside_parentheses_and_before_a_long_aside(
     assert clauses("toolkit CUDA 13.0 (V13.0.48) at /opt vs 12.8") == ["toolkit CUDA 13.0 (V13.0.48) at /opt vs 12.8"]
 
 
-def test_a_reason_keeps_whole_clauses_and_never_less_than_the_first():
+def test_a_reason_keeps_whole_clauses_and_never_less_than_the_first() -> None:
     reason = "peak all-reduce busbw 0.8 GB/s at 256 MiB on 2 ranks (gloo); no reference figure, so not judged"
     assert reason_lines(reason, 200) == [reason]
     assert reason_lines(reason, 66, lines=1) == ["peak all-reduce busbw 0.8 GB/s at 256 MiB on 2 ranks (gloo) ..."]
@@ -149,7 +149,7 @@ def test_a_reason_keeps_whole_clauses_and_never_less_than_the_first():
     assert short[-1].endswith("...") and all(len(line) <= 30 for line in short)
 
 
-def test_per_gpu_reasons_lose_the_gpus_own_name_and_fold_by_identical_result():
+def test_per_gpu_reasons_lose_the_gpus_own_name_and_fold_by_identical_result() -> None:
     assert gpu_reason("GPU 2 (Fake NVIDIA H100 80GB HBM3, 00000000:3A:00.0): 2 uncorrectable ECC error(s)", 2) == \
         "2 uncorrectable ECC error(s)"
     assert gpu_reason("GPU 0 (NVIDIA H100, 00000000:18:00.0) answers every NVML query", 0) == "answers every NVML query"
@@ -168,7 +168,7 @@ def test_per_gpu_reasons_lose_the_gpus_own_name_and_fold_by_identical_result():
 
 
 @pytest.mark.parametrize("width", [40, 80, 132, 200])
-def test_check_lines_fit_the_width_and_keep_the_status_word_first(width):
+def test_check_lines_fit_the_width_and_keep_the_status_word_first(width: int) -> None:
     titles = ["Does a job started from this shell survive a dropped SSH connection?", "Short?"]
     shape = layout(titles, width)
     lines = check_lines("PASS", titles[0], "a job started from this shell survives, " * 8, shape)
@@ -180,7 +180,7 @@ def test_check_lines_fit_the_width_and_keep_the_status_word_first(width):
     assert "[zero1]" in " ".join(zero1) and all(len(line) <= width for line in zero1)  # the parameter survives
 
 
-def test_identical_skips_become_one_entry_with_a_count():
+def test_identical_skips_become_one_entry_with_a_count() -> None:
     groups = {"no NVIDIA GPU visible: libnvidia-ml.so.1 not found": [f"check {n}" for n in range(30)],
               "no DeepSpeed config given": ["Does the DeepSpeed config's batch arithmetic hold on the job's ranks?"]}
     lines = skip_lines(groups, layout(["x" * 40], 80))
@@ -188,7 +188,7 @@ def test_identical_skips_become_one_entry_with_a_count():
     assert lines[1].startswith("SKIP  Does the DeepSpeed config's") and "no DeepSpeed config given" in lines[2]
 
 
-def test_the_verdict_block_lists_each_problem_with_its_fix_and_ends_with_the_verdict_once(tmp_path, monkeypatch):
+def test_the_verdict_block_lists_each_problem_with_its_fix_and_ends_with_the_verdict_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)  # report paths inside the working directory are shown relative to it
     long_fix = "Stop them (`kill 1784`, then `kill -9` after a minute) and check nvidia-smi " * 3
     report = make_report("n1", [ddp_check(), ("leftover", warn("LEFTOVER_TRAINING_PROCESSES", "1 process left",
@@ -216,7 +216,7 @@ def _mark(phase: str, label: str, started: float, completed: tuple[str, ...] = (
     return RankProgress(phase, label, 3, started + 1, started, completed, False)
 
 
-def test_the_live_line_shows_the_slowest_ranks_phase_its_progress_and_the_clocks():
+def test_the_live_line_shows_the_slowest_ranks_phase_its_progress_and_the_clocks() -> None:
     now = 1000.0
     marks = [_mark("p2p", "sweep", now - 2, ("ddp",)), _mark("ddp", "forward, backward and step", now - 5)]
     status = launch_status(_plan(), marks, now, now - 20, deadline_s=280.0)
@@ -227,7 +227,7 @@ def test_the_live_line_shows_the_slowest_ranks_phase_its_progress_and_the_clocks
     assert phase_line(status, 80) == "  > rehearsal: ddp (2 ranks, budget 60 s) at 20 s"
 
 
-def test_before_any_rank_reports_the_launch_is_starting_up():
+def test_before_any_rank_reports_the_launch_is_starting_up() -> None:
     status = launch_status(_plan(), [None, None], 1003.0, 1000.0, deadline_s=280.0)
     assert status.phase == STARTUP and status.ranks_done == 0 and status.phase_elapsed_s == 3.0
     assert live_text(status, 80).startswith("  > rehearsal start-up: 0/2 ranks done, 3/60 s"[:30])
@@ -242,7 +242,7 @@ def run_preflight(cwd: Path, *args: str, timeout: float = 300) -> subprocess.Com
                           cwd=cwd, env=env, timeout=timeout)
 
 
-def assert_shape(result: subprocess.CompletedProcess[str], report: dict) -> list[str]:
+def assert_shape(result: subprocess.CompletedProcess[str], report: dict[str, Any]) -> list[str]:
     """The output's shape: within 80 columns, no pytest artefacts, one verdict block ending in the verdict."""
     lines = result.stdout.rstrip("\n").splitlines()
     assert result.returncode in (0, 1), result.stdout + result.stderr
@@ -256,7 +256,7 @@ def assert_shape(result: subprocess.CompletedProcess[str], report: dict) -> list
 
 
 @pytest.mark.subprocess
-def test_a_run_without_launches_prints_titles_grouped_skips_and_one_verdict(tmp_path):
+def test_a_run_without_launches_prints_titles_grouped_skips_and_one_verdict(tmp_path: Path) -> None:
     result = run_preflight(tmp_path, "-m", "not distributed")
     report = json.loads((tmp_path / "reports" / "preflight.json").read_text())
     lines = assert_shape(result, report)
@@ -272,7 +272,7 @@ def test_a_run_without_launches_prints_titles_grouped_skips_and_one_verdict(tmp_
 
 
 @pytest.mark.subprocess
-def test_a_launch_shows_its_phases_then_the_check_and_the_verdict(tmp_path):
+def test_a_launch_shows_its_phases_then_the_check_and_the_verdict(tmp_path: Path) -> None:
     result = run_preflight(tmp_path, "-k", "test_ddp_step")
     report = json.loads((tmp_path / "reports" / "preflight.json").read_text())
     lines = assert_shape(result, report)
@@ -285,7 +285,7 @@ def test_a_launch_shows_its_phases_then_the_check_and_the_verdict(tmp_path):
 
 
 @pytest.mark.subprocess
-def test_verbose_keeps_pytests_reporter_and_says_the_verdict_once(tmp_path):
+def test_verbose_keeps_pytests_reporter_and_says_the_verdict_once(tmp_path: Path) -> None:
     result = run_preflight(tmp_path, "-v", "-k", "test_shared_memory")
     assert result.returncode == 0, result.stdout + result.stderr
     assert "::test_shared_memory" in result.stdout and " passed" in result.stdout
@@ -307,7 +307,8 @@ def faulty_node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     CUDA 12.8 (DeepSpeed's major-version refusal) and a captured ``nvidia-smi topo -m`` of an 8x H100 node;
     run at 80 and at 200 columns, one after the other (a run sees another in progress and says so). The outputs
     and the reports by width, and the HTML."""
-    from tests.toolkit_fakes import fake_tool, fake_toolkit, shared_fixtures_dir
+    from tests.conftest import shared_fixtures_dir
+    from tests.toolkit_fakes import fake_tool, fake_toolkit
 
     root = tmp_path_factory.mktemp("faulty")
     topo = shared_fixtures_dir() / "topo" / "8xH100-AWS-p5.48xlarge-NV18-no-NIC-columns-legend.txt"
@@ -340,7 +341,7 @@ def faulty_node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
 
 
 @pytest.mark.subprocess
-def test_on_a_faulty_node_the_first_problem_everywhere_is_the_worst_hardware_fault(faulty_node):
+def test_on_a_faulty_node_the_first_problem_everywhere_is_the_worst_hardware_fault(faulty_node: dict[str, Any]) -> None:
     report = faulty_node["report"]
     problems = report["problems"]
     assert problems[0]["code"] == WORST and problems[0]["kind"] == "rma"
@@ -363,7 +364,7 @@ def test_on_a_faulty_node_the_first_problem_everywhere_is_the_worst_hardware_fau
 
 @pytest.mark.subprocess
 @pytest.mark.parametrize("width", FAULTY_WIDTHS)
-def test_on_a_faulty_node_no_reason_is_cut_before_its_first_clause(faulty_node, width):
+def test_on_a_faulty_node_no_reason_is_cut_before_its_first_clause(faulty_node: dict[str, Any], width: int) -> None:
     text = faulty_node["out"][width]
     lines = text.rstrip("\n").splitlines()
     assert all(len(line) <= width for line in lines), [line for line in lines if len(line) > width]
@@ -388,7 +389,7 @@ def test_on_a_faulty_node_no_reason_is_cut_before_its_first_clause(faulty_node, 
 
 
 @pytest.mark.subprocess
-def test_no_reason_or_fix_names_a_test(faulty_node):
+def test_no_reason_or_fix_names_a_test(faulty_node: dict[str, Any]) -> None:
     import re
 
     named = [(c["id"], text) for c in faulty_node["report"]["checks"]

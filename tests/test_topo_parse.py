@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -25,7 +26,7 @@ def _shared_names() -> list[str]:
     return names or sorted(p.stem for p in EXPECTED.glob("*.json"))
 
 
-def _check(text: str, expected: dict) -> None:
+def _check(text: str, expected: dict[str, Any]) -> None:
     if "error" in expected:
         with pytest.raises(TopologyParseError) as caught:
             parse_topo_matrix(text)

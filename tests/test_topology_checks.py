@@ -54,7 +54,7 @@ def run_checks(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, *, sm
     return checks | {"_node": report["node"], "_html": (out / "preflight.html").read_text()}
 
 
-def test_healthy_nvswitch_node(pytester, monkeypatch, shared_fixtures):
+def test_healthy_nvswitch_node(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, shared_fixtures: Path) -> None:
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / H100, profile="8x-h100-sxm")
     layout = checks["test_gpu_interconnect"]
     assert layout["status"] == "PASS"
@@ -69,7 +69,7 @@ def test_healthy_nvswitch_node(pytester, monkeypatch, shared_fixtures):
     assert checks["_html"].count('<td class="pfm-nv"') == 2 * 56
 
 
-def test_one_gpu_missing_its_nvlinks_fails_naming_it(pytester, monkeypatch, shared_fixtures):
+def test_one_gpu_missing_its_nvlinks_fails_naming_it(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, shared_fixtures: Path) -> None:
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / H100, profile="8x-h100-sxm",
                         faults={"nvlinks_missing": [3]})
     nvlinks = checks["test_nvlinks_all_active"]
@@ -80,7 +80,7 @@ def test_one_gpu_missing_its_nvlinks_fails_naming_it(pytester, monkeypatch, shar
     assert agree["status"] == "PASS" and "GPU3 left out: NVLinks down" in agree["summary"], agree["summary"]
 
 
-def test_one_link_down_against_an_expected_count(pytester, monkeypatch, shared_fixtures):
+def test_one_link_down_against_an_expected_count(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, shared_fixtures: Path) -> None:
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / A100_SXM, profile="8x-a100-sxm",
                         faults={"nvlink_down": [[6, 11]]}, extra=("--preflight-expect-nvlinks=12",))
     nvlinks = checks["test_nvlinks_all_active"]
@@ -88,7 +88,7 @@ def test_one_link_down_against_an_expected_count(pytester, monkeypatch, shared_f
     assert nvlinks["summary"].startswith("GPU6 has 11 of 12 NVLinks active (expected 12)")
 
 
-def test_bridge_pairs_are_a_pass_that_says_what_they_mean(pytester, monkeypatch, shared_fixtures):
+def test_bridge_pairs_are_a_pass_that_says_what_they_mean(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, shared_fixtures: Path) -> None:
     """Issue 24 item 4: a healthy bridged-pair node with no plan is READY; the layout is a fact."""
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / A100_PAIRS,
                         profile="4x-a100-pcie-bridged")
@@ -99,7 +99,7 @@ def test_bridge_pairs_are_a_pass_that_says_what_they_mean(pytester, monkeypatch,
     assert checks["test_topology_sources_agree"]["status"] == "PASS"
 
 
-def test_this_cpu_node_skips_every_check_with_a_reason(pytester, monkeypatch):
+def test_this_cpu_node_skips_every_check_with_a_reason(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     checks = run_checks(pytester, monkeypatch, smi=None, profile=None)
     for name in ("test_gpu_interconnect", "test_nvlinks_all_active", "test_topology_sources_agree",
                  "test_gpu_cpu_affinity", "test_p2p_copies"):
@@ -107,21 +107,21 @@ def test_this_cpu_node_skips_every_check_with_a_reason(pytester, monkeypatch):
         assert checks[name]["summary"].startswith("no NVIDIA GPU"), checks[name]["summary"]
 
 
-def test_a_broken_driver_skips_with_the_nvml_cause(pytester, monkeypatch):
+def test_a_broken_driver_skips_with_the_nvml_cause(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     checks = run_checks(pytester, monkeypatch, smi=None, smi_exit=9, profile="8x-h100-sxm",
                         faults={"init_error": "DRIVER_NOT_LOADED"})
     layout = checks["test_gpu_interconnect"]
     assert layout["status"] == "SKIP" and "the NVIDIA kernel driver is not loaded" in layout["summary"]
 
 
-def test_gpus_without_nvidia_smi_are_judged_from_nvml(pytester, monkeypatch):
+def test_gpus_without_nvidia_smi_are_judged_from_nvml(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     checks = run_checks(pytester, monkeypatch, smi=None, profile="8x-h100-sxm")
     assert checks["test_gpu_interconnect"]["summary"].startswith("8 GPUs, all pairs NV18 (NVSwitch)")
     assert checks["test_nvlinks_all_active"]["status"] == "PASS"
     assert checks["test_topology_sources_agree"]["summary"].startswith("nvidia-smi not found on PATH")
 
 
-def test_an_unreadable_matrix_on_a_gpu_node_is_an_error_of_the_cross_check(pytester, monkeypatch):
+def test_an_unreadable_matrix_on_a_gpu_node_is_an_error_of_the_cross_check(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     damaged = TEST_DATA / "topo" / "own" / "asymmetric.txt"
     checks = run_checks(pytester, monkeypatch, smi=damaged, profile="4x-a100-pcie-bridged")
     assert checks["test_gpu_interconnect"]["status"] == "PASS"  # NVML names every pair's link
@@ -130,7 +130,7 @@ def test_an_unreadable_matrix_on_a_gpu_node_is_an_error_of_the_cross_check(pytes
     assert "not symmetric" in agree["summary"] and "nvidia-smi topo -m" in agree["evidence"]
 
 
-def test_a_lost_gpu_is_named_not_counted(pytester, monkeypatch, shared_fixtures):
+def test_a_lost_gpu_is_named_not_counted(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, shared_fixtures: Path) -> None:
     """Issue 24 item 5: the lost GPU is test_gpu_responds' one finding; the topology checks name it."""
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / H100, profile="8x-h100-sxm",
                         faults={"gpu_lost": [2]})
@@ -140,7 +140,7 @@ def test_a_lost_gpu_is_named_not_counted(pytester, monkeypatch, shared_fixtures)
     assert checks["test_topology_sources_agree"]["status"] == "SKIP"
 
 
-def test_a_bridge_less_a100_pcie_node_is_a_pcie_node_not_a_failure(pytester, monkeypatch, shared_fixtures):
+def test_a_bridge_less_a100_pcie_node_is_a_pcie_node_not_a_failure(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, shared_fixtures: Path) -> None:
     """Issue 14 item 1: 4x A100 80GB PCIe without bridges; NVML lists 12 inactive links per GPU
     (NVIDIA/NVSentinel#1481). The node is PCIe: the layout is a PASS saying so, nothing FAILs."""
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / L40S_4, profile="4x-a100-pcie-no-bridge")
@@ -152,14 +152,14 @@ def test_a_bridge_less_a100_pcie_node_is_a_pcie_node_not_a_failure(pytester, mon
     assert not [name for name, c in checks.items() if not name.startswith("_") and c["status"] == "FAIL"]
 
 
-def test_a_bridge_less_node_fails_when_the_user_expects_bridges(pytester, monkeypatch, shared_fixtures):
+def test_a_bridge_less_node_fails_when_the_user_expects_bridges(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, shared_fixtures: Path) -> None:
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / L40S_4, profile="4x-a100-pcie-no-bridge",
                         extra=("--preflight-expect-nvlinks=12",))
     nvlinks = checks["test_nvlinks_all_active"]
     assert nvlinks["status"] == "FAIL" and nvlinks["code"] == "NVLINK_LINKS_MISSING"
 
 
-def test_a_bridged_pair_with_one_link_down_still_fails(pytester, monkeypatch, shared_fixtures):
+def test_a_bridged_pair_with_one_link_down_still_fails(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, shared_fixtures: Path) -> None:
     checks = run_checks(pytester, monkeypatch, smi=shared_fixtures / "topo" / A100_PAIRS,
                         profile="4x-a100-pcie-bridged", faults={"nvlink_down": [[1, 7]]})
     nvlinks = checks["test_nvlinks_all_active"]

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -36,10 +37,11 @@ class RecordedRunner:
         return self.result
 
 
-def _json(capsys: pytest.CaptureFixture[str], argv: list[str], **kwargs: object) -> dict:
+def _json(capsys: pytest.CaptureFixture[str], argv: list[str], **kwargs: object) -> dict[str, Any]:
     assert topology.main(argv, **kwargs) == 0  # type: ignore[arg-type]
     out = capsys.readouterr().out
-    return json.loads(out)
+    data: dict[str, Any] = json.loads(out)
+    return data
 
 
 @pytest.mark.parametrize("twin", sorted(EXPECTED.glob("*.json")), ids=lambda p: p.stem)

@@ -8,7 +8,6 @@ import pytest
 
 from preflight.judge.busbw_reference import Expectation
 from preflight.judge.topology import (
-    Layout,
     classify,
     judge_affinity,
     judge_interconnect,
@@ -19,7 +18,7 @@ from preflight.judge.topology import (
     link_cost,
     nvlink_expectations,
 )
-from preflight.node.fabric import JobTopology, fabric_from, job_topology
+from preflight.node.fabric import JobTopology, Layout, fabric_from, job_topology
 from preflight.outcome import Status
 from preflight.parse.topo import TopoMatrix, parse_topo_matrix
 from preflight.probe.nvml import NOT_SUPPORTED

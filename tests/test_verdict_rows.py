@@ -46,7 +46,7 @@ def problems(checks: dict[str, dict[str, Any]]) -> dict[str, tuple[str, str | No
     return {name: (c["status"], c["code"]) for name, c in checks.items() if c["status"] not in ("PASS", "SKIP")}
 
 
-def test_h800_fabric_manager_not_running_is_not_ready_with_the_fix(pytester, monkeypatch) -> None:
+def test_h800_fabric_manager_not_running_is_not_ready_with_the_fix(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row 1: HGX H800 (no "SXM" in its name), fabric manager down: one finding, with the fix."""
     verdict, checks = run_row(pytester, monkeypatch, "h800-fabric-manager-down")
     assert verdict == "NOT READY"
@@ -59,7 +59,7 @@ def test_h800_fabric_manager_not_running_is_not_ready_with_the_fix(pytester, mon
     assert checks["test_gpu_interconnect"]["status"] == "SKIP"
 
 
-def test_h800_gpu3_links_down_is_not_ready_naming_gpu3(pytester, monkeypatch) -> None:
+def test_h800_gpu3_links_down_is_not_ready_naming_gpu3(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row 2."""
     verdict, checks = run_row(pytester, monkeypatch, "h800-gpu3-links-down")
     assert verdict == "NOT READY"
@@ -68,7 +68,7 @@ def test_h800_gpu3_links_down_is_not_ready_naming_gpu3(pytester, monkeypatch) ->
     assert summary.startswith("GPU3 has no active NVLink (peers have 8") and "GPU0" not in summary
 
 
-def test_a_gpu_outside_the_job_does_not_change_the_verdict(pytester, monkeypatch) -> None:
+def test_a_gpu_outside_the_job_does_not_change_the_verdict(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row 3: 8x H100, GPU5's links down, CUDA_VISIBLE_DEVICES=0,1,2,3: READY, GPU5 named in one line."""
     verdict, checks = run_row(pytester, monkeypatch, "h100-gpu5-links-down-job-0-3")
     assert verdict == "READY", problems(checks)
@@ -82,7 +82,7 @@ def test_a_gpu_outside_the_job_does_not_change_the_verdict(pytester, monkeypatch
      "processes": {"5": [[4242, 30000]]}, "remap_pending": [5]},
     {"lost_at_handle": [5]},
 ], ids=["every-fault", "lost"])
-def test_no_fault_outside_cuda_visible_devices_changes_the_verdict(pytester, monkeypatch, faults) -> None:
+def test_no_fault_outside_cuda_visible_devices_changes_the_verdict(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, faults: dict[str, Any]) -> None:
     verdict, checks = run_row(pytester, monkeypatch, "8x-h100-sxm", faults, env={"CUDA_VISIBLE_DEVICES": "0,1,2,3"})
     assert verdict == "READY", problems(checks)
     assert not [name for name in checks if name.endswith("[gpu5]")]
@@ -90,7 +90,7 @@ def test_no_fault_outside_cuda_visible_devices_changes_the_verdict(pytester, mon
         assert "GPU 5 is lost (fell off the bus); not used by this job" in checks["test_nvml"]["summary"]
 
 
-def test_a_mig_slice_among_full_gpus_is_not_ready(pytester, monkeypatch) -> None:
+def test_a_mig_slice_among_full_gpus_is_not_ready(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row 4: 8x A100, MIG on GPU0 only; the memory fit sizes GPU0 at its slice, the models are one."""
     verdict, checks = run_row(pytester, monkeypatch, "a100-mig-on-gpu0", None, "--preflight-model-params=7B")
     assert verdict == "NOT READY"
@@ -102,7 +102,7 @@ def test_a_mig_slice_among_full_gpus_is_not_ready(pytester, monkeypatch) -> None
     assert "MIG 3g.40gb" in json.dumps(fit["details"]) or "MIG 3g.40gb" in fit["summary"], fit["summary"]
 
 
-def test_compute_mode_prohibited_on_one_gpu_is_not_ready(pytester, monkeypatch) -> None:
+def test_compute_mode_prohibited_on_one_gpu_is_not_ready(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row 5: PROHIBITED on GPU2, EXCLUSIVE_PROCESS on the rest (one rank per GPU: fine)."""
     verdict, checks = run_row(pytester, monkeypatch, "h100-compute-prohibited-gpu2")
     assert verdict == "NOT READY"
@@ -112,14 +112,14 @@ def test_compute_mode_prohibited_on_one_gpu_is_not_ready(pytester, monkeypatch) 
 
 @pytest.mark.parametrize("profile", ["l4-pair", "a100-pcie-no-bridges", "h100-nvl-bridged-pairs", "8x-h800-hgx",
                                      "8x-b200-hgx", "8x-unknown-nvswitch"])
-def test_healthy_pcie_pair_and_nvswitch_nodes_are_ready(pytester, monkeypatch, profile: str) -> None:
+def test_healthy_pcie_pair_and_nvswitch_nodes_are_ready(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, profile: str) -> None:
     """Row 6 and the done-when: PCIe is what these SKUs are; READY, the interconnect a PASS saying what it means."""
     verdict, checks = run_row(pytester, monkeypatch, profile)
     assert verdict == "READY", problems(checks)
     assert checks["test_gpu_interconnect"]["status"] == "PASS"
 
 
-def test_a_link_bound_plan_on_pcie_is_degraded_with_its_seconds_per_step(pytester, monkeypatch) -> None:
+def test_a_link_bound_plan_on_pcie_is_degraded_with_its_seconds_per_step(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Done-when: with a link-bound plan (--model-params, FSDP) on PCIe the verdict is DEGRADED, with the cost."""
     verdict, checks = run_row(pytester, monkeypatch, "a100-pcie-no-bridges", None, "--preflight-model-params=1B",
                               "--preflight-strategy=fsdp")
@@ -131,7 +131,7 @@ def test_a_link_bound_plan_on_pcie_is_degraded_with_its_seconds_per_step(pyteste
     assert "at 25 GB/s busbw" in summary
 
 
-def test_two_gpus_off_the_bus_are_two_findings(pytester, monkeypatch) -> None:
+def test_two_gpus_off_the_bus_are_two_findings(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Row 7: one FAIL per lost GPU; every check that depends on them SKIPs saying so; no model mix."""
     verdict, checks = run_row(pytester, monkeypatch, "two-gpus-off-the-bus", None, "--preflight-expect-gpus=8")
     assert verdict == "NOT READY"

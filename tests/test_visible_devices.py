@@ -10,6 +10,7 @@ from preflight.parse.visible_devices import (
     DeviceOrder,
     GpuIdentity,
     SelectorKind,
+    VisibleDevices,
     VisibleDevicesError,
     bus_id_key,
     cuda_enumeration,
@@ -39,7 +40,7 @@ def mixed() -> list[GpuIdentity]:
     ]
 
 
-def resolve(raw: str | None, gpus: list[GpuIdentity] | None = None, order: DeviceOrder = DeviceOrder.FASTEST_FIRST):
+def resolve(raw: str | None, gpus: list[GpuIdentity] | None = None, order: DeviceOrder = DeviceOrder.FASTEST_FIRST) -> VisibleDevices:
     return resolve_visible_devices(parse_visible_devices(raw), same_model() if gpus is None else gpus, order)
 
 

@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -173,7 +174,8 @@ def runner(spec: Machine, passthrough: CommandRunner) -> CommandRunner:
 def pytest_preflight_transports(config: pytest.Config) -> Transports:
     spec = machine()
     root = config.stash[ROOT_KEY] = lay_out(spec, Path(tempfile.mkdtemp(prefix="preflight-fake-host-")))
-    nvml = fake_transport("8x-h100-sxm", **dict(spec.nvml_faults))
+    faults: dict[str, Any] = dict(spec.nvml_faults)
+    nvml = fake_transport("8x-h100-sxm", **faults)
     return Transports(nvml=nvml, run=runner(spec, torch_runner(cuda_answer(8))), environ=dict(spec.environ),
                       root=root, statvfs=statvfs_of(spec, root))  # type: ignore[arg-type]  # a statvfs-shaped fake
 

@@ -51,17 +51,17 @@ def pytest_preflight_transports(config: pytest.Config) -> Transports | None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    socket.gethostname = lambda: planted.HOSTNAME  # type: ignore[assignment]
+    socket.gethostname = lambda: planted.HOSTNAME
     add_fact(config, f"planted{planted.MARKUP}", {planted.MARKUP: planted.URL_WITH_PASSWORD,
                                                   "token": planted.PLAIN_TOKEN, "note": planted.HF_TOKEN})
     if os.environ.get("PREFLIGHT_TEST_STALL") == "report":
-        render = report_writing.render_html
+        render = report_writing.render_html  # type: ignore[attr-defined]  # writing's own import, replaced below
 
         def slow_render(report: Report) -> str:
             _stall("report", REPORT_STALL_S)
             return render(report)
 
-        report_writing.render_html = slow_render  # type: ignore[assignment]
+        report_writing.render_html = slow_render  # type: ignore[attr-defined]  # the stall this fake plants
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from preflight.outcome import Metric, View, fail, warn
+from preflight.recording import Recorder
 from tests.fakes import planted
 
 
@@ -21,7 +22,7 @@ def test_planted_pass() -> None:
     """A check that passes before anything goes wrong."""
 
 
-def test_planted_fail_with_secrets(record) -> None:
+def test_planted_fail_with_secrets(record: Recorder) -> None:
     """A check whose failure text quotes secrets."""
     print(f"debug: HF_TOKEN={planted.HF_TOKEN} via {planted.URL_WITH_PASSWORD}")
     print(f"Authorization: Bearer {planted.BEARER}", file=sys.stderr)
@@ -45,7 +46,7 @@ def test_planted_assert() -> None:
 
 
 @pytest.mark.parametrize("where", [pytest.param(1, id=f"gpu0{planted.MARKUP}")])
-def test_planted_markup(record, where: int) -> None:
+def test_planted_markup(record: Recorder, where: int) -> None:
     """<b>Markup</b> in the title <script>alert('title')</script>"""
     record.metric("planted_markup", 1, planted.MARKUP, label=planted.MARKUP)
     record.evidence(planted.MARKUP, planted.MARKUP)

@@ -45,7 +45,7 @@ def preflight(out: Path, *args: str, env: dict[str, str] | None = None, timeout:
     result = subprocess.run([sys.executable, "-m", "preflight", "--report-dir", str(out), *args],
                             capture_output=True, text=True, env=_env(env), timeout=timeout)
     assert result.returncode in (0, 1), result.stdout[-3000:] + result.stderr[-3000:]
-    report = json.loads((out / "preflight.json").read_text())
+    report: dict[str, Any] = json.loads((out / "preflight.json").read_text())
     report["_checks"] = {c["id"].split("::")[-1]: c for c in report["checks"]}
     return report
 

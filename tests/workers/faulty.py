@@ -17,8 +17,8 @@ from preflight.workers.common import WorkerContext
 
 
 def run(ctx: WorkerContext) -> dict[str, Any]:
-    mode, victim = (ctx.args[0], ctx.args[1]) if len(ctx.args) >= 2 else os.environ["PREFLIGHT_TEST_FAULT"].split(":")
-    victim = int(victim)
+    mode, which = (ctx.args[0], ctx.args[1]) if len(ctx.args) >= 2 else os.environ["PREFLIGHT_TEST_FAULT"].split(":")
+    victim = int(which)
     if ctx.rank == victim:
         if mode == "crash":
             raise RuntimeError(f"injected crash on rank {ctx.rank}")
