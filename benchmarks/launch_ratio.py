@@ -84,6 +84,8 @@ def main() -> None:
         rows["full-no-zero"] = []
     if args.baseline is not None:
         rows["quick@base"], rows["full@base"] = [], []
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs",
+          flush=True)
     for round_ in range(args.runs):
         rows["bare"].append(bare(args.nproc))
         rows["quick"].append(preflight("quick", extra))
@@ -93,14 +95,17 @@ def main() -> None:
         if args.baseline is not None:
             rows["quick@base"].append(preflight("quick", extra, args.baseline))
             rows["full@base"].append(preflight("full", extra, args.baseline))
-        print(f"round {round_ + 1}: " + "  ".join(f"{k} {v[-1][0]:.2f} s ({v[-1][3]})" for k, v in rows.items()),
-              flush=True)
+        print(f"round {round_ + 1}: " + "  ".join(f"{k} {v[-1][0]:.2f} s / {v[-1][1]:.2f} CPU-s ({v[-1][3]})"
+                                                 for k, v in rows.items()), flush=True)
     medians = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
     print(f"{'command':12s} {'wall (median)':>14s} {'CPU (median)':>13s}")
     for name, (wall, cpu) in medians.items():
         print(f"{name:12s} {wall:12.2f} s {cpu:11.2f} s")
-    base = medians["bare"][0]
-    print("   ".join(f"{name} / bare = {medians[name][0] / base:.2f}x" for name in rows if name != "bare"))
+    for label, column in (("wall", 0), ("CPU ", 1)):
+        base = medians["bare"][column]
+        print(f"{label}: " + "   ".join(f"{name} / bare = {medians[name][column] / base:.2f}x"
+                                       for name in rows if name != "bare"))
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
 
 def has_deepspeed() -> bool:
