@@ -13,6 +13,25 @@ On a GPU node it runs as is (the bare launch then uses NCCL on every GPU).
 ``--baseline CHECKOUT`` (a directory holding another version's ``preflight/`` package, e.g. from
 ``git archive <commit> | tar -x -C DIR``) also runs both profiles of that version in every round, so
 a change is measured before and after on the same noisy machine (rows ``quick@base``, ``full@base``).
+
+Every run prints its wall and CPU seconds (user+sys of the whole process tree, from
+``RUSAGE_CHILDREN``), and the end both ratios and the load average: on a machine others share the
+CPU ratio moves far less than the wall one. On 2 cores the launch is CPU-bound, so the wall ratio
+cannot go much below the CPU ratio. Where the CPU goes (2 ranks, torch 2.13 CPU, DeepSpeed 0.19.8,
+the op cache warm; per process from ``/proc``, per phase from py-spy):
+
+- bare (7-8 CPU-s): torchrun's agent imports torch (2.3-3 CPU-s), each rank imports torch (2.4).
+- quick (+2.7): the preflight process (1.8 CPU-s, 1.1 of it before the launch can start: imports,
+  pytest's start-up and collection), the NVML child (0.1), and in each rank DDP's constructor, which
+  imports ``torch._dynamo`` (``get_optimize_ddp_mode``), and the short sweep (+0.9 per rank).
+- full (+14): per rank about 6 more: ``torch._dynamo``, ``torch._inductor`` (every ZeRO engine imports
+  DeepSpeed's Muon optimizer, which ``@compiler.compile``s at import), DeepSpeed itself, FSDP2's
+  steps and DCP round trip, three ZeRO engines. No torch probe and no op-build child run: rank 0
+  answers the job's torch, and the op cache answers when the ops are built (also while another
+  preflight holds the folder: the build waits for it instead of starting a child).
+
+An editable install under ``PYTHONDONTWRITEBYTECODE=1`` (this machine) compiles preflight's ~120
+modules in every run (about 0.2 CPU-s before the launch); a wheel install has them compiled.
 """
 
 from __future__ import annotations
