@@ -13,6 +13,25 @@ On a GPU node it runs as is (the bare launch then uses NCCL on every GPU).
 ``--baseline CHECKOUT`` (a directory holding another version's ``preflight/`` package, e.g. from
 ``git archive <commit> | tar -x -C DIR``) also runs both profiles of that version in every round, so
 a change is measured before and after on the same noisy machine (rows ``quick@base``, ``full@base``).
+
+Every run prints its wall and CPU seconds (user+sys of the whole process tree, from
+``RUSAGE_CHILDREN``), and the end both ratios and the load average: on a machine others share the
+CPU ratio moves far less than the wall one. On 2 cores the launch is CPU-bound, so the wall ratio
+cannot go much below the CPU ratio. Where the CPU goes (2 ranks, torch 2.13 CPU, DeepSpeed 0.19.8,
+the op cache warm; per process from ``/proc``, per phase from py-spy):
+
+- bare (7-8 CPU-s): torchrun's agent imports torch (2.3-3 CPU-s), each rank imports torch (2.4).
+- quick (+2.7): the preflight process (1.8 CPU-s, 1.1 of it before the launch can start: imports,
+  pytest's start-up and collection), the NVML child (0.1), and in each rank DDP's constructor, which
+  imports ``torch._dynamo`` (``get_optimize_ddp_mode``), and the short sweep (+0.9 per rank).
+- full (+14): per rank about 6 more: ``torch._dynamo``, ``torch._inductor`` (every ZeRO engine imports
+  DeepSpeed's Muon optimizer, which ``@compiler.compile``s at import), DeepSpeed itself, FSDP2's
+  steps and DCP round trip, three ZeRO engines. No torch probe and no op-build child run: rank 0
+  answers the job's torch, and the op cache answers when the ops are built (also while another
+  preflight holds the folder: the build waits for it instead of starting a child).
+
+An editable install under ``PYTHONDONTWRITEBYTECODE=1`` (this machine) compiles preflight's ~120
+modules in every run (about 0.2 CPU-s before the launch); a wheel install has them compiled.
 """
 
 from __future__ import annotations
@@ -84,6 +103,8 @@ def main() -> None:
         rows["full-no-zero"] = []
     if args.baseline is not None:
         rows["quick@base"], rows["full@base"] = [], []
+    print(f"load average at the start: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs",
+          flush=True)
     for round_ in range(args.runs):
         rows["bare"].append(bare(args.nproc))
         rows["quick"].append(preflight("quick", extra))
@@ -93,14 +114,17 @@ def main() -> None:
         if args.baseline is not None:
             rows["quick@base"].append(preflight("quick", extra, args.baseline))
             rows["full@base"].append(preflight("full", extra, args.baseline))
-        print(f"round {round_ + 1}: " + "  ".join(f"{k} {v[-1][0]:.2f} s ({v[-1][3]})" for k, v in rows.items()),
-              flush=True)
+        print(f"round {round_ + 1}: " + "  ".join(f"{k} {v[-1][0]:.2f} s / {v[-1][1]:.2f} CPU-s ({v[-1][3]})"
+                                                 for k, v in rows.items()), flush=True)
     medians = {k: (statistics.median(r[0] for r in v), statistics.median(r[1] for r in v)) for k, v in rows.items()}
     print(f"{'command':12s} {'wall (median)':>14s} {'CPU (median)':>13s}")
     for name, (wall, cpu) in medians.items():
         print(f"{name:12s} {wall:12.2f} s {cpu:11.2f} s")
-    base = medians["bare"][0]
-    print("   ".join(f"{name} / bare = {medians[name][0] / base:.2f}x" for name in rows if name != "bare"))
+    for label, column in (("wall", 0), ("CPU ", 1)):
+        base = medians["bare"][column]
+        print(f"{label}: " + "   ".join(f"{name} / bare = {medians[name][column] / base:.2f}x"
+                                       for name in rows if name != "bare"))
+    print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
 
 def has_deepspeed() -> bool:

@@ -80,3 +80,83 @@ def test_an_environment_finds_its_folder_only_while_what_it_imported_is_unchange
     assert op_cache.identity("/venv/bin/python", {**env, "TERM": "xterm"}) == key  # what does not matter
     torch_init.write_text("# torch, reinstalled\n")
     assert op_cache.environment_folder(str(root), key) is None
+
+
+def _known_environment(root: Path, env: dict[str, str]) -> Path:
+    """A cache root where ``env`` (this interpreter) built one op: its folder, library, manifest and entry."""
+    built = root / "py311_x_cpu_0123456789"
+    library = built / "fused_adam" / "fused_adam.so"
+    library.parent.mkdir(parents=True)
+    shutil.copyfile(_real_shared_object(), library)
+    op_cache.write_manifest(str(built), ok=True, ops=[{"name": "fused_adam",
+                                                       **op_cache.describe_library(str(built), "fused_adam")}])
+    op_cache.write_environment(str(root), op_cache.identity(sys.executable, env), str(built), [])
+    (built / "preflight.lock").write_text("")
+    return built
+
+
+def test_a_folder_another_preflight_holds_is_waited_for_then_read_without_a_build_child(tmp_path: Path) -> None:
+    """Another environment's build child holds the folder while it re-verifies the ops (its manifest is gone
+    meanwhile): the run waits for it to let go and reads the cache, instead of a child of its own that would
+    import torch and DeepSpeed to wait for the same lock (issue 27: the op-build child when the ops are built)."""
+    import fcntl
+    import threading
+
+    from preflight.probe.command import CommandResult
+    from preflight.probe.deepspeed_ops import BackgroundOpBuild
+
+    env = {"PATH": "/usr/bin", "HOME": str(tmp_path)}
+    built = _known_environment(tmp_path / "root", env)
+    manifest = (built / op_cache.MANIFEST_NAME).read_text()
+    children: list[list[str]] = []
+
+    def runner(argv: list[str], timeout_s: float = 0.0, env: object = None) -> CommandResult:
+        children.append(list(argv))
+        return CommandResult(tuple(argv), 1, "", "no child expected")
+
+    holder = os.open(built / "preflight.lock", os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)  # the other preflight's build child
+    (built / op_cache.MANIFEST_NAME).unlink()
+
+    def finish() -> None:
+        (built / op_cache.MANIFEST_NAME).write_text(manifest)
+        os.close(holder)
+
+    release = threading.Timer(0.5, finish)
+    release.start()
+    try:
+        build = BackgroundOpBuild(60.0, root=tmp_path / "root", env=env, runner=runner)
+        build.start()  # the cache does not answer yet: the build waits in its thread
+        result = build.result()
+    finally:
+        release.join()
+    assert children == [] and result.ok and result.directory == str(built), result
+    assert [op.source for op in result.ops] == ["verified"]
+
+
+def test_a_folder_held_past_the_wait_leaves_the_build_to_the_child(tmp_path: Path) -> None:
+    """Held for longer than half the budget: the child runs as before, with what is left of the budget."""
+    import fcntl
+
+    from preflight.probe.command import CommandResult
+    from preflight.probe.deepspeed_ops import BackgroundOpBuild
+
+    env = {"PATH": "/usr/bin", "HOME": str(tmp_path)}
+    built = _known_environment(tmp_path / "root", env)
+    (built / op_cache.MANIFEST_NAME).unlink()
+    budgets: list[float] = []
+
+    def runner(argv: list[str], timeout_s: float = 0.0, env: object = None) -> CommandResult:
+        budgets.append(timeout_s)
+        return CommandResult(tuple(argv), 3, '{"kind": "busy"}\n', "")
+
+    holder = os.open(built / "preflight.lock", os.O_RDWR)
+    fcntl.flock(holder, fcntl.LOCK_EX)
+    try:
+        build = BackgroundOpBuild(2.0, root=tmp_path / "root", env=env, runner=runner)
+        build.start()
+        result = build.result()
+    finally:
+        os.close(holder)
+    assert len(budgets) == 1 and 0.5 < budgets[0] <= 1.1, budgets  # 2 s budget, about 1 s of it waited
+    assert not result.ok

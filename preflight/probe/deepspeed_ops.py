@@ -265,6 +265,39 @@ def _remove_locks(directory: Path) -> list[str]:
     return removed
 
 
+FOLDER_POLL_S = 0.05
+
+
+def wait_for_folder(python: str, env: Mapping[str, str], root: Path, wait_s: float) -> float:
+    """The seconds waited (at most ``wait_s``, 0.0 when nothing held it) for another preflight process to let
+    go of this environment's folder, which it holds exclusively while it builds there or re-verifies its ops
+    (its manifest is rewritten meanwhile). Asked when the cache did not answer: a build child would import
+    torch and DeepSpeed (seconds of CPU beside the launch) only to wait for the same lock, then find the ops
+    built; after this wait :func:`cached_build` is asked again. No torch: the folder is the environment's entry."""
+    folder = op_cache.environment_folder(str(root), op_cache.identity(python, env))
+    if folder is None:
+        return 0.0
+    try:
+        fd = os.open(os.path.join(folder, LOCK_NAME), os.O_RDONLY)
+    except OSError:
+        return 0.0
+    started = time.monotonic()
+    held = False
+    try:
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                held = True
+                if time.monotonic() - started >= wait_s:
+                    break
+                time.sleep(FOLDER_POLL_S)
+    finally:
+        os.close(fd)  # a shared lock taken is released at once: the cache is read, nothing loaded here
+    return time.monotonic() - started if held else 0.0
+
+
 def try_lock(folder: Path, name: str = LOCK_NAME) -> int | None:
     """An exclusive flock on ``<folder>/preflight.lock`` taken without waiting (its fd), or None when another
     preflight process builds or loads in ``folder``."""
@@ -330,8 +363,11 @@ class BackgroundOpBuild:
 
     def _run(self) -> None:
         try:
-            self._result.append(build_ops(timeout_s=self.timeout_s, root=self.root, runner=self.runner,
-                                          python=self.python, env=self.env, cpu_info=self.cpu_info))
+            waited = wait_for_folder(self.python, self.env, self.root, max(1.0, self.timeout_s / 2))
+            cached = cached_build(self.python, self.env, self.root, self.timeout_s) if waited else None
+            self._result.append(cached or build_ops(timeout_s=max(1.0, self.timeout_s - waited), root=self.root,
+                                                    runner=self.runner, python=self.python, env=self.env,
+                                                    cpu_info=self.cpu_info))
         finally:
             if self._fd is not None:
                 os.close(self._fd)
