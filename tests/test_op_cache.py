@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pytest
@@ -110,7 +111,7 @@ def test_a_folder_another_preflight_holds_is_waited_for_then_read_without_a_buil
     manifest = (built / op_cache.MANIFEST_NAME).read_text()
     children: list[list[str]] = []
 
-    def runner(argv: list[str], timeout_s: float = 0.0, env: object = None) -> CommandResult:
+    def runner(argv: Sequence[str], timeout_s: float = 0.0, env: Mapping[str, str] | None = None) -> CommandResult:
         children.append(list(argv))
         return CommandResult(tuple(argv), 1, "", "no child expected")
 
@@ -125,7 +126,7 @@ def test_a_folder_another_preflight_holds_is_waited_for_then_read_without_a_buil
     release = threading.Timer(0.5, finish)
     release.start()
     try:
-        build = BackgroundOpBuild(60.0, root=tmp_path / "root", env=env, runner=runner)
+        build = BackgroundOpBuild(60.0, root=tmp_path / "root", env=env, runner=runner, python=sys.executable)
         build.start()  # the cache does not answer yet: the build waits in its thread
         result = build.result()
     finally:
@@ -146,14 +147,14 @@ def test_a_folder_held_past_the_wait_leaves_the_build_to_the_child(tmp_path: Pat
     (built / op_cache.MANIFEST_NAME).unlink()
     budgets: list[float] = []
 
-    def runner(argv: list[str], timeout_s: float = 0.0, env: object = None) -> CommandResult:
+    def runner(argv: Sequence[str], timeout_s: float = 0.0, env: Mapping[str, str] | None = None) -> CommandResult:
         budgets.append(timeout_s)
         return CommandResult(tuple(argv), 3, '{"kind": "busy"}\n', "")
 
     holder = os.open(built / "preflight.lock", os.O_RDWR)
     fcntl.flock(holder, fcntl.LOCK_EX)
     try:
-        build = BackgroundOpBuild(2.0, root=tmp_path / "root", env=env, runner=runner)
+        build = BackgroundOpBuild(2.0, root=tmp_path / "root", env=env, runner=runner, python=sys.executable)
         build.start()
         result = build.result()
     finally:
