@@ -9,6 +9,9 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401 - loaded before pytester snapshots sys.modules: unloading torch mid-run crashes the GC
 
+import tests.fakes.fake_torch  # noqa: F401 - kept across pytester's inline runs (which unload what they import): its
+# cache of this machine's real torch answer (a child that imports torch, seconds) then lasts the session
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Ranks start in their launch's own directory (a stray ./numpy must not shadow the job's): test-only
 # workers (tests.workers.*) and plugins (tests.fakes.*) are importable in every child by path.
@@ -67,3 +70,16 @@ def validate_report(report: dict) -> None:
 
     schema = json.loads(SCHEMA_PATH.read_text())
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(report)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The test layers as markers: everything under ``tests/gpu/`` is ``gpu`` and ``e2e``; a test marked with
+    the old name ``subprocess`` is ``e2e``. ``-m "not e2e"`` is then the fast lane of in-process tests."""
+    gpu_dir = Path(__file__).resolve().parent / "gpu"
+    for item in items:
+        if gpu_dir in item.path.parents:
+            item.add_marker(pytest.mark.gpu)
+            item.add_marker(pytest.mark.e2e)
+        elif item.get_closest_marker("subprocess") is not None and item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.e2e)

@@ -15,7 +15,7 @@ import pytest
 from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, validate_report
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 
 def preflight(*args: str, env: dict[str, str] | None = None, cwd: Path | None = None,

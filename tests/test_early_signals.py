@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import as_foreground_job, validate_report
 from tests.test_safety_e2e import HOSTILE, _env, _processes_of
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 REPEAT = int(os.environ.get("PREFLIGHT_TEST_EARLY_REPEAT", "1"))
 WATCHED = {"lock": ".preflight.lock", "jsonl": "preflight.jsonl"}

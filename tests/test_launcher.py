@@ -15,7 +15,7 @@ from preflight.outcome import Status
 from tests.conftest import REPO_ROOT
 from tests.launching import launch_phase
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(autouse=True)

@@ -19,7 +19,7 @@ from preflight.outcome import Status
 from tests.conftest import REPO_ROOT
 from tests.launching import launch_phases
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 COLLECTIVE = "tests.workers.phases:collective"
 
 

@@ -22,7 +22,7 @@ import pytest
 from preflight.report.ownership import LOGS, logs_dir
 from tests.conftest import REPO_ROOT, validate_report
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 
 def _env(run: str, extra: dict[str, str] | None = None) -> dict[str, str]:

@@ -28,7 +28,7 @@ from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, as_foreground_job, validate_report
 from tests.fakes import planted
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 PLANTED_CHECKS = str(REPO_ROOT / "tests" / "fakes" / "planted_checks.py")
 HOSTILE = ["-p", "tests.fakes.hostile_node", PLANTED_CHECKS]
