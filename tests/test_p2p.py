@@ -107,7 +107,7 @@ def test_the_worker_launches_and_skips_without_gpus(tmp_path: Path) -> None:
 
 @pytest.mark.e2e
 @pytest.mark.parametrize(("mode", "budget_s", "code", "words"), [
-    ("hang", 10, "P2P_COPY_HUNG", "hung during 'copy cuda1->cuda2'"),
+    ("hang", 5, "P2P_COPY_HUNG", "hung during 'copy cuda1->cuda2'"),
     ("crash", 90, "P2P_TEST_CRASHED", "an illegal memory access"),
 ])
 def test_a_stuck_or_crashing_copy_names_the_pair(tmp_path: Path, mode: str, budget_s: float, code: str,
