@@ -74,12 +74,15 @@ def validate_report(report: dict) -> None:
 
 @pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """The test layers as markers: everything under ``tests/gpu/`` is ``gpu`` and ``e2e``; a test marked with
-    the old name ``subprocess`` is ``e2e``. ``-m "not e2e"`` is then the fast lane of in-process tests."""
+    """The test layers as markers: everything under ``tests/gpu/`` is ``gpu`` and ``e2e``. ``subprocess``, the
+    old name of ``e2e``, is an alias both ways, so ``-m "not e2e"`` and ``-m "not subprocess"`` are the same
+    fast lane of in-process tests."""
     gpu_dir = Path(__file__).resolve().parent / "gpu"
     for item in items:
         if gpu_dir in item.path.parents:
             item.add_marker(pytest.mark.gpu)
             item.add_marker(pytest.mark.e2e)
-        elif item.get_closest_marker("subprocess") is not None and item.get_closest_marker("e2e") is None:
+        if item.get_closest_marker("subprocess") is not None and item.get_closest_marker("e2e") is None:
             item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("e2e") is not None and item.get_closest_marker("subprocess") is None:
+            item.add_marker(pytest.mark.subprocess)
