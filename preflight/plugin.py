@@ -35,7 +35,7 @@ from preflight.report.redact import redact_text
 from preflight.report.run_result import RunResult, run_result
 from preflight.report.writing import HTML_NAME, JSON_NAME
 from preflight.settings import OPTIONS, Settings
-from preflight.stash import COLLECTOR_KEY, SETTINGS_KEY, collector_of, node_for
+from preflight.stash import COLLECTOR_KEY, SETTINGS_KEY, collector_of, is_check, node_for
 
 # Every module of preflight.fixtures is a plugin of its own (fixtures and hooks for one area).
 pytest_plugins = [f"preflight.fixtures.{m.name}" for m in pkgutil.iter_modules(preflight.fixtures.__path__)]
@@ -165,7 +165,7 @@ def record(request: pytest.FixtureRequest) -> Recorder:
 
 
 def pytest_runtest_setup(item: pytest.Item) -> None:
-    if not _is_check(item):
+    if not is_check(item):
         return  # the overall deadline is preflight's, not that of an ordinary test run
     settings = item.config.stash[SETTINGS_KEY]
     if settings.remaining_s() <= 0:
@@ -175,7 +175,7 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report: pytest.TestReport = yield
-    if not _is_check(item):
+    if not is_check(item):
         return report
     state = item.stash.setdefault(STATE_KEY, CheckState())
     state.duration_s += report.duration
@@ -230,11 +230,6 @@ def _gpu_reference(item: pytest.Item) -> dict[str, Any] | None:
     if not isinstance(index, int) or isinstance(index, bool) or SETTINGS_KEY not in item.config.stash:
         return None
     return node_for(item.config).gpu_reference(index)
-
-
-def _is_check(item: pytest.Item) -> bool:
-    """Verdict handling applies to a preflight run, or to any test that uses ``record``."""
-    return COLLECTOR_KEY in item.config.stash or "record" in getattr(item, "fixturenames", ())
 
 
 _STATUS_WORDS = {

@@ -42,3 +42,8 @@ def node_for(config: pytest.Config) -> Node:
         node = Node(transports, nproc=settings.nproc, cpu=settings.cpu, nvml_timeout_s=settings.nvml_deadline_s)
         config.stash[NODE_KEY] = node
     return node
+
+
+def is_check(item: pytest.Item) -> bool:
+    """Verdict handling applies to a preflight run, or to any test that uses ``record``."""
+    return COLLECTOR_KEY in item.config.stash or "record" in getattr(item, "fixturenames", ())

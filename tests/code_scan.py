@@ -100,6 +100,10 @@ class _Module:
         for parent in ast.walk(self.tree):
             for child in ast.iter_child_nodes(parent):
                 self.parents[child] = parent
+        # Per scope, built on first use: a name's assignments, and the functions defined there by name (one
+        # walk a scope, not one a lookup: a lookup a call made the scan quadratic, minutes on a loaded machine).
+        self._assigned: dict[int, dict[str, list[ast.expr]]] = {}
+        self._defined: dict[int, dict[str, ast.FunctionDef]] = {}
 
     def enclosing_function(self, node: ast.AST) -> ast.AST | None:
         while node in self.parents:
@@ -110,21 +114,51 @@ class _Module:
 
     def assignments(self, scope: ast.AST, name: str) -> list[ast.expr]:
         """Values assigned to ``name`` directly in ``scope`` (a function or the module)."""
-        values: list[ast.expr] = []
-        for node in ast.walk(scope):
-            if scope is self.tree and self.enclosing_function(node) is not None:
-                continue
+        if id(scope) not in self._assigned:
+            self._assigned[id(scope)] = self._assignments_in(scope)
+        return self._assigned[id(scope)].get(name, [])
+
+    def _assignments_in(self, scope: ast.AST) -> dict[str, list[ast.expr]]:
+        """Every name's assigned values in ``scope``, in ``ast.walk`` order; the module's leave out function bodies."""
+        values: dict[str, list[ast.expr]] = {}
+        for node in self._walk(scope, into_functions=scope is not self.tree):
             if isinstance(node, ast.Assign):
                 for target in node.targets:
-                    if isinstance(target, ast.Name) and target.id == name:
-                        values.append(node.value)
+                    if isinstance(target, ast.Name):
+                        values.setdefault(target.id, []).append(node.value)
                     elif isinstance(target, ast.Tuple):
-                        places = [i for i, t in enumerate(target.elts) if isinstance(t, ast.Name) and t.id == name]
-                        values += [part for i in places for part in _element(node.value, i)]
-            elif (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == name
-                  and node.value is not None):
-                values.append(node.value)
+                        for i, part in enumerate(target.elts):
+                            if isinstance(part, ast.Name):
+                                values.setdefault(part.id, []).extend(_element(node.value, i))
+            elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.value is not None:
+                values.setdefault(node.target.id, []).append(node.value)
         return values
+
+    @staticmethod
+    def _walk(scope: ast.AST, into_functions: bool) -> list[ast.AST]:
+        """``ast.walk(scope)`` (breadth first), without what lies inside a function unless ``into_functions``."""
+        nodes: list[ast.AST] = [scope]
+        for node in nodes:  # grows while read: breadth first, as ast.walk
+            if into_functions or node is scope or not isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                nodes.extend(ast.iter_child_nodes(node))
+        return nodes
+
+    def definition(self, function: ast.AST | None, name: str | None) -> ast.FunctionDef | None:
+        """The function ``name`` defined in ``function`` (first in walk order), else at module level."""
+        if name is None:
+            return None
+        for scope, nodes in ((function, None), (self.tree, self.tree.body)):
+            if scope is None:
+                continue
+            if id(scope) not in self._defined:
+                defined: dict[str, ast.FunctionDef] = {}
+                for node in nodes if nodes is not None else ast.walk(scope):
+                    if isinstance(node, ast.FunctionDef):
+                        defined.setdefault(node.name, node)
+                self._defined[id(scope)] = defined
+            if name in self._defined[id(scope)]:
+                return self._defined[id(scope)][name]
+        return None
 
     def imported_from(self, name: str) -> Path | None:
         for node in self.tree.body:
@@ -177,16 +211,13 @@ class Scanner:
         """A function of this module (nested or not) named like the call: where its code parameter is, when
         its body passes a parameter on as a code (``def problem(code, summary): ... fail(code, ...)``)."""
         name = _call_name(node) if isinstance(node.func, ast.Name) else None
-        function = module.enclosing_function(node)
-        nested = list(ast.walk(function)) if function is not None else []
-        for definition in [*nested, *module.tree.body]:  # a def in this function, else one at module level
-            if not isinstance(definition, ast.FunctionDef) or definition.name != name:
-                continue
-            if id(definition) not in self._wrappers:
-                self._wrappers[id(definition)] = (None, "")  # while its own body is read: no recursion
-                self._wrappers[id(definition)] = self._code_parameter(module, definition)
-            return self._wrappers[id(definition)]
-        return None
+        definition = module.definition(module.enclosing_function(node), name)  # in this function, else the module
+        if definition is None:
+            return None
+        if id(definition) not in self._wrappers:
+            self._wrappers[id(definition)] = (None, "")  # while its own body is read: no recursion
+            self._wrappers[id(definition)] = self._code_parameter(module, definition)
+        return self._wrappers[id(definition)]
 
     def _code_parameter(self, module: _Module, definition: ast.FunctionDef) -> tuple[int | None, str]:
         params = [a.arg for a in (*definition.args.posonlyargs, *definition.args.args)]

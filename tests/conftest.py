@@ -11,6 +11,9 @@ from typing import Any
 import pytest
 import torch  # noqa: F401 - loaded before pytester snapshots sys.modules: unloading torch mid-run crashes the GC
 
+import tests.fakes.fake_torch  # noqa: F401 - kept across pytester's inline runs (which unload what they import): its
+# cache of this machine's real torch answer (a child that imports torch, seconds) then lasts the session
+
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Ranks start in their launch's own directory (a stray ./numpy must not shadow the job's): test-only
 # workers (tests.workers.*) and plugins (tests.fakes.*) are importable in every child by path.
@@ -69,3 +72,19 @@ def validate_report(report: Mapping[str, Any]) -> None:
 
     schema = json.loads(SCHEMA_PATH.read_text())
     jsonschema.Draft202012Validator(schema, format_checker=jsonschema.FormatChecker()).validate(report)
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by these markers
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The test layers as markers: everything under ``tests/gpu/`` is ``gpu`` and ``e2e``. ``subprocess``, the
+    old name of ``e2e``, is an alias both ways, so ``-m "not e2e"`` and ``-m "not subprocess"`` are the same
+    fast lane of in-process tests."""
+    gpu_dir = Path(__file__).resolve().parent / "gpu"
+    for item in items:
+        if gpu_dir in item.path.parents:
+            item.add_marker(pytest.mark.gpu)
+            item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("subprocess") is not None and item.get_closest_marker("e2e") is None:
+            item.add_marker(pytest.mark.e2e)
+        if item.get_closest_marker("e2e") is not None and item.get_closest_marker("subprocess") is None:
+            item.add_marker(pytest.mark.e2e)

@@ -63,7 +63,7 @@ def test_refused_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str],
     assert not (tmp_path / "out.html").exists() and not (tmp_path / "fleet").exists()
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 @pytest.mark.parametrize(("case", "command"), _params(in_child=True))
 def test_refused_in_one_line_in_a_child(case: BadInput, command: str) -> None:
     ok, line = run_child(REPO_ROOT, case, command, timeout_s=60)
@@ -102,7 +102,7 @@ def test_a_bad_option_value_is_refused_in_one_line(tmp_path: Path, capsys: pytes
     assert not (tmp_path / "reports" / "preflight.json").exists()
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_a_fifo_option_is_refused_in_a_child_too() -> None:
     """One FIFO case as ``python -m tests.bad_inputs`` runs it: a child process under a deadline."""
     ok, line = run_option_child(REPO_ROOT, next(c for c in OPTION_CASES if c.blocks), timeout_s=60)
@@ -115,7 +115,7 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return tmp_path_factory.mktemp("runs")
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 @pytest.mark.parametrize("case", [pytest.param(c, id=c.id) for c in FAULT_CASES if c.run])
 def test_a_hostile_run_ends_in_a_clear_verdict(runs_dir: Path, case: FaultCase) -> None:
     missing = case.needs()

@@ -17,7 +17,7 @@ import pytest
 from preflight.cli import EXIT_BROKEN_PIPE, subcommands
 from tests.conftest import REPO_ROOT, TEST_DATA
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 TOPOLOGY = TEST_DATA / "topo" / "own" / "16-gpu-nvswitch-two-digit-names.txt"
 NCCL_LOG = TEST_DATA / "nccl" / "nvls-8-ranks-p2p-cumem-setup.log"

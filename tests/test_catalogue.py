@@ -199,7 +199,7 @@ def test_explain_list_and_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert len(json.loads(capsys.readouterr().out)) == len(catalogue())
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_explain_unknown_code_is_one_line_and_exit_2() -> None:
     result = preflight("explain", "GPU_ROW_REMAP")
     assert result.returncode == 2 and result.stdout == ""
@@ -209,7 +209,7 @@ def test_explain_unknown_code_is_one_line_and_exit_2() -> None:
     assert result.returncode == 2 and result.stderr.count("\n") == 1
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_explain_into_a_closed_pipe_is_quiet() -> None:
     # The Markdown (72 kB) is more than a pipe holds (64 kB), so the write meets the closed end.
     code = ("import subprocess, sys; p = subprocess.Popen([sys.executable, '-m', 'preflight', 'explain', '--markdown'], "

@@ -38,7 +38,7 @@ from preflight.probe.deepspeed_ops import (
 )
 from preflight.probe.toolkit import probe_toolkit, probe_torch
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 BUILD_TIMEOUT_S = 1500.0  # a cold build of both CPU ops takes 2-4 min on a quiet core, far more on a loaded one
 MISSING_HEADER = "/nonexistent/preflight-missing-header.h"
 

@@ -19,7 +19,7 @@ from tests.slurm_cluster import SlurmCluster, missing_binaries
 HEALTH_SCRIPT = REPO_ROOT / "deploy" / "slurm" / "preflight-health.sh"
 
 pytestmark = [
-    pytest.mark.subprocess,
+    pytest.mark.e2e,
     pytest.mark.skipif(bool(missing_binaries()), reason="Slurm/munge not installed (missing: "
                        f"{', '.join(missing_binaries())}); .ci/run installs slurmctld slurmd munge slurm-client"),
     pytest.mark.skipif(os.geteuid() != 0, reason="a test Slurm runs its daemons as root (SlurmUser=root)"),

@@ -337,7 +337,7 @@ def test_garbage_expect_gpus_is_a_usage_error(pytester: pytest.Pytester, value: 
     assert "Traceback" not in result.stderr.str()
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_preflight_command_on_this_cpu_machine(tmp_path: Path) -> None:
     if checks_dir() != (REPO_ROOT / "checks").resolve():
         pytest.skip(f"preflight.checks resolves to {checks_dir()}, another checkout")
@@ -351,6 +351,7 @@ def test_preflight_command_on_this_cpu_machine(tmp_path: Path) -> None:
     assert report["verdict"] == "READY" and "Traceback" not in result.stdout + result.stderr
 
 
+@pytest.mark.e2e  # -k pcie selects the sweep: a real launch of two ranks
 def test_pcie_link_is_judged_under_load(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sampled while the sweep runs (the fake's links train up under load; GPU1's slot gives Gen3 x16)."""
     faults = {"under_load": True, "pcie_current": {"1": [3, 16]}}

@@ -368,7 +368,7 @@ print("RESULT" + json.dumps(out))
 """
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_batch_cases_match_real_deepspeed() -> None:
     python = _deepspeed_python()
     cases = [list(given) for given, _ in DS_CASES]
@@ -380,7 +380,7 @@ def test_batch_cases_match_real_deepspeed() -> None:
         assert (ours.error is None) == (real[3] is None), (given, real[3])
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_shipped_key_list_is_what_the_generator_writes(tmp_path: Path) -> None:
     python = _deepspeed_python()
     version = subprocess.run([python, "-c", "import importlib.metadata as m; print(m.version('deepspeed'))"],

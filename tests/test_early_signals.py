@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import as_foreground_job, validate_report
-from tests.test_safety_e2e import HOSTILE, _env, _processes_of
+from tests.test_safety_e2e import HOSTILE, _env, _left_after
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 REPEAT = int(os.environ.get("PREFLIGHT_TEST_EARLY_REPEAT", "1"))
 WATCHED = {"lock": ".preflight.lock", "jsonl": "preflight.jsonl"}
@@ -93,5 +93,4 @@ def test_early_signal_leaves_an_interrupted_report(tmp_path: Path, point: str, h
     assert [(f["verdict"], f["interrupted"]) for f in finish] == [("NOT READY", True)]
     left = [p.name for p in out.iterdir() if p.is_file() and STALE in p.read_text(errors="replace")]
     assert left == [], "an earlier run's outputs were left beside this run's report"
-    time.sleep(1.0)  # children killed with preflight are reaped by their parents
-    assert [" ".join(p.cmdline()) for p in _processes_of(run)] == []
+    assert _left_after(run, within_s=1.0) == []  # children killed with preflight are reaped by their parents

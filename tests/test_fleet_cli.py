@@ -11,7 +11,7 @@ from preflight.report.document import Report
 from preflight.report.oneline import format_oneline
 from tests.test_cli import preflight as run_preflight
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 
 def test_oneline_is_the_last_line_and_names_the_failing_check(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ import pytest
 from preflight.locations import checks_dir
 from tests.conftest import REPO_ROOT, validate_report
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 CHECKS = [str(REPO_ROOT / "checks" / "test_host.py"), str(REPO_ROOT / "checks" / "test_memory_fit.py")]
 MiB = 2**20

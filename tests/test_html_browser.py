@@ -33,7 +33,7 @@ from tests.fleet_reports import node_facts
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = [
-    pytest.mark.subprocess,
+    pytest.mark.e2e,
     pytest.mark.skipif(CHROMIUM is None, reason="chromium is not installed (Debian: apt-get install chromium)"),
 ]
 SIZES = ((1400, 900), (390, 844))

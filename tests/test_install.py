@@ -22,7 +22,7 @@ def test_every_package_directory_is_listed() -> None:
     assert found - listed == set(), "pyproject.toml [tool.setuptools] packages misses these: a wheel would lack them"
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_pytest_checks_from_a_checkout_writes_the_report_after_a_non_editable_install(tmp_path: Path) -> None:
     source = tmp_path / "source"  # built from a copy: an in-tree build would leave build/ in the checkout
     for name in ("preflight", "checks"):

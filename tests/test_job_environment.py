@@ -138,7 +138,7 @@ def test_one_slurm_task_per_node_or_unknown_passes(env: dict[str, str]) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_fsdp_rehearsal_runs_under_pythonwarnings_error(tmp_path: Path) -> None:
     """The tiny FSDP model returned a view (a linear over a 3-D input), and FSDP2 warns on every forward
     of a wrapped module that does; under PYTHONWARNINGS=error that crashed every rank (FSDP_RANK_CRASHED).

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, validate_report
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 
 def run(out: Path, profile: str, visible: str | None, *args: str) -> dict[str, Any]:

@@ -17,7 +17,7 @@ from preflight.judge.ds_config import HostMemory
 from preflight.outcome import Status
 from tests.conftest import REPO_ROOT, TEST_DATA, corpus_dir, validate_report
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 SEED = TEST_DATA / "ds_config" / "seed_zero2.json"
 SCRIPTS = TEST_DATA / "scripts"

@@ -13,7 +13,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, validate_report
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 
 @pytest.fixture(scope="module")

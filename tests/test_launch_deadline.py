@@ -6,6 +6,8 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
 from preflight.fixtures.rehearsal import capped
 from preflight.launch.plan import Phase
 from preflight.settings import Settings
@@ -28,6 +30,7 @@ def test_the_option_lengthens_as_well_as_shortens_every_phase() -> None:
     assert capped(zero, _settings(launch_timeout=30.0)).budget_s == 30.0
 
 
+@pytest.mark.e2e  # the real command's --help, in a child preflight
 def test_help_says_what_the_option_does() -> None:
     result = subprocess.run([sys.executable, "-m", "preflight", "--help"], capture_output=True, text=True,
                             cwd=REPO_ROOT, timeout=120)

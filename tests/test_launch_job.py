@@ -103,7 +103,7 @@ def test_the_fsdp_phase_knows_the_cpu_rank_limit_the_judge_skips_on(version: str
     assert cpu_ranks_unsupported(version) is unsupported
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_a_launch_planned_for_gpus_torch_cannot_use_is_stopped_and_the_checks_say_why(tmp_path: Path) -> None:
     """8 GPUs in NVML, a CPU build of torch: the launch planned from NVML starts, then the rehearsal sees
     the job's torch and stops it; the distributed checks skip as they did when the launch waited."""

@@ -15,7 +15,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT, validate_report
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 CHECKS = str(REPO_ROOT / "checks" / "test_nccl_bandwidth.py")
 

@@ -103,7 +103,7 @@ def test_bad_option_is_a_usage_error() -> None:
         main([])
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_cli_exit_codes(tmp_path: Path, shared_fixtures: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     ok = subprocess.run([sys.executable, "-m", "preflight", "nccl-log", "--json",

@@ -14,7 +14,7 @@ from preflight.probe.nvml_probe import PcieSampler, child_argv, sample_pcie_link
 from preflight.probe.nvml_transport import REAL, NvmlTransport, TransportError
 from tests.fakes.nvml import FACTORY, fake_transport, walk_fake
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 
 def test_the_child_returns_the_walk_of_the_fake() -> None:

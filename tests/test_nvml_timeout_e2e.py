@@ -17,7 +17,7 @@ from tests.conftest import REPO_ROOT, validate_report
 from tests.fakes.nvml_profiles import ROWS
 from tests.test_cli import preflight
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 NVML_TIMEOUT_S = 10
 RUN_TIMEOUT_S = 120

@@ -103,7 +103,7 @@ def test_worker_skips_are_skips() -> None:
     assert judge_p2p_copies({"pairs": []}).status is Status.SKIP
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_the_worker_launches_and_skips_without_gpus(tmp_path: Path) -> None:
     result = launch_phase("preflight.workers.p2p:run", nproc=1, run_dir=tmp_path, args=["--mib", "1"],
                           parse_output=P2pResult.parse)
@@ -113,9 +113,9 @@ def test_the_worker_launches_and_skips_without_gpus(tmp_path: Path) -> None:
     assert outcome.status is Status.SKIP and "no CUDA device" in outcome.summary
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 @pytest.mark.parametrize(("mode", "budget_s", "code", "words"), [
-    ("hang", 10, "P2P_COPY_HUNG", "hung during 'copy cuda1->cuda2'"),
+    ("hang", 5, "P2P_COPY_HUNG", "hung during 'copy cuda1->cuda2'"),
     ("crash", 90, "P2P_TEST_CRASHED", "an illegal memory access"),
 ])
 def test_a_stuck_or_crashing_copy_names_the_pair(tmp_path: Path, mode: str, budget_s: float, code: str,

@@ -65,12 +65,19 @@ EXPECTED = {
 }
 
 
+_ALL_VERDICTS_RUN: list[tuple[pytest.RunResult, Path]] = []
+
+
 @pytest.fixture
 def run_all(pytester: pytest.Pytester) -> tuple[pytest.RunResult, Path]:
-    pytester.makepyfile(test_checks=ALL_VERDICTS)
-    report_dir = pytester.path / "out"
-    result = pytester.runpytest("-v", f"--preflight-report-dir={report_dir}", "-p", "no:cacheprovider")
-    return result, report_dir
+    """One inline run of ALL_VERDICTS a process, shared by the tests that read it (its report directory
+    outlives the test that made it: pytest keeps the session's temporary directories)."""
+    if not _ALL_VERDICTS_RUN:
+        pytester.makepyfile(test_checks=ALL_VERDICTS)
+        report_dir = pytester.path / "out"
+        result = pytester.runpytest("-v", f"--preflight-report-dir={report_dir}", "-p", "no:cacheprovider")
+        _ALL_VERDICTS_RUN.append((result, report_dir))
+    return _ALL_VERDICTS_RUN[0]
 
 
 def test_every_verdict_lands_in_the_report_with_its_code(run_all: tuple[pytest.RunResult, Path]) -> None:

@@ -20,7 +20,7 @@ from preflight.outcome import Status
 from tests.conftest import REPO_ROOT
 from tests.launching import launch_phases
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 COLLECTIVE = "tests.workers.phases:collective"
 
 
@@ -64,7 +64,7 @@ def test_a_crash_names_its_phase_and_rank_and_the_later_phases_did_not_run(tmp_p
 
 
 def test_a_hang_past_the_phase_budget_is_named_and_leaves_no_process(tmp_path: Path) -> None:
-    result = launch_phases(_phases(("hang", "0"), budget_s=10), nproc=2, run_dir=tmp_path)
+    result = launch_phases(_phases(("hang", "0"), budget_s=5), nproc=2, run_dir=tmp_path)
     two = result.phase("two")
     assert two.timed_out and two.ranks_in("hung") and not two.cut
     assert "rank 0 at 'sleeping on purpose'" in two.describe()

@@ -24,7 +24,7 @@ from preflight.rehearse.facts import SizeRun, size_figures
 from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, TEST_DATA, validate_report
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 SCRIPTS = TEST_DATA / "rehearse"
 SEED = str(SCRIPTS / "ddp_seed.py")
 SHORT = ("--warmup", "1", "--steps", "4", "--no-sweep", "--measure-for", "1")

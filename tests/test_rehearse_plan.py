@@ -91,7 +91,7 @@ def test_busbw_comes_from_the_bandwidth_check_of_a_report(tmp_path: Path) -> Non
         busbw_from_report(path)
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_the_command_prints_one_line_and_exits_2(workdir: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     for argv, message in ((["rehearse", SCRIPT], "put -- before the script"),

@@ -58,7 +58,7 @@ def test_a_writable_junit_path_is_left_as_it_was(tmp_path: Path) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGINT"])
 def test_a_signal_during_report_writing_leaves_report_and_finish_line_agreeing(tmp_path: Path, how: str) -> None:
     """The hostile node slows the HTML render (``PREFLIGHT_TEST_STALL=report``); the run's one WARN makes it
@@ -126,7 +126,7 @@ def test_a_real_leftover_beside_a_preflight_run_is_the_one_to_kill() -> None:
     assert verdict.remediation and "kill 4000`" in verdict.remediation and "3000" not in verdict.remediation
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_a_live_preflight_run_is_not_called_a_leftover(tmp_path: Path) -> None:
     """Run A stalls at collection in its own directory; run B's leftover check sees it as a run in
     progress (other agents' processes on a shared machine may add real leftovers: A is never one)."""

@@ -21,8 +21,9 @@ import pytest
 
 from preflight.report.ownership import LOGS, logs_dir
 from tests.conftest import REPO_ROOT, validate_report
+from tests.test_safety_e2e import _rank_waits_in_the_step
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 
 def _env(run: str, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -83,9 +84,8 @@ def test_sigkill_of_preflight_leaves_no_process_within_5_s(tmp_path: Path, point
             _wait(lambda: any("torch.distributed.run" in " ".join(p.cmdline()) for p in _tagged(run)), 120, point)
         elif point == "ranks in their phase":
             _wait(lambda: _rank_in_phase(out, "ddp"), 180, point)
-        else:
-            _wait(lambda: _rank_in_phase(out, "ddp"), 180, "the ranks")
-            time.sleep(3)  # rank 1 sleeps in the phase, rank 0 waits in its broadcast
+        else:  # rank 1 sleeps in the phase, rank 0 waits in its broadcast
+            _wait(lambda: _rank_in_phase(out, "ddp") and _rank_waits_in_the_step(out), 180, "the ranks")
         assert len(_tagged(run)) >= 2
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)

@@ -28,7 +28,7 @@ from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, as_foreground_job, validate_report
 from tests.fakes import planted
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 PLANTED_CHECKS = str(REPO_ROOT / "tests" / "fakes" / "planted_checks.py")
 HOSTILE = ["-p", "tests.fakes.hostile_node", PLANTED_CHECKS]
@@ -62,6 +62,15 @@ def _processes_of(run: str, command_part: str = "") -> list[psutil.Process]:
         if command_part in " ".join(process.info["cmdline"] or []):
             found.append(process)
     return found
+
+
+def _left_after(run: str, within_s: float = 1.0) -> list[str]:
+    """The command lines of the run's processes still alive ``within_s`` after it ended (children killed with
+    preflight are reaped by their parents meanwhile): polled, so a clean run answers at once."""
+    deadline = time.monotonic() + within_s
+    while (left := _processes_of(run)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return [" ".join(p.cmdline()) for p in left]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -316,14 +325,23 @@ def _ranks_in_phase(report_dir: Path, phase: str) -> int:
     return found
 
 
+def _rank_waits_in_the_step(report_dir: Path) -> bool:
+    """Rank 0 is inside the DDP step, in its first collective, waiting on rank 1 (which sleeps from its first
+    line: tests/workers/faulty.py)."""
+    try:
+        progress = json.loads((report_dir / LOGS / "rehearsal" / "rank0.progress").read_text())
+    except (OSError, ValueError):
+        return False
+    return progress.get("phase") == "ddp" and str(progress.get("label", "")).startswith("building the DDP model")
+
+
 def _wait_for(point: str, mark: Path, proc: subprocess.Popen[str], run: str, limit_s: float = 90) -> None:
-    """Block until the run reaches ``point``: the stall plugin's mark, or both hung DDP ranks alive."""
+    """Block until the run reaches ``point``: the stall plugin's mark, or both hung DDP ranks in the step."""
     deadline = time.monotonic() + limit_s
     while time.monotonic() < deadline:
         assert proc.poll() is None, f"preflight ended before reaching {point}: {proc.communicate()}"
         if point == "launch":
-            if _ranks_in_phase(mark.parent / "reports", "ddp") >= 2:
-                time.sleep(2.0)  # both ranks inside the step; rank 1 sleeping
+            if _ranks_in_phase(mark.parent / "reports", "ddp") >= 2 and _rank_waits_in_the_step(mark.parent / "reports"):
                 return
         elif mark.exists():
             time.sleep(0.3)
@@ -380,8 +398,7 @@ def test_interrupted_run_leaves_a_valid_partial_report(tmp_path: Path, point: st
     assert (out / "preflight.html").read_text(encoding="utf-8").startswith("<!DOCTYPE html>")
     lines = [json.loads(line) for line in (out / "preflight.jsonl").read_text().splitlines()]
     assert {r["name"] for r in lines if r["type"] == "check"} >= finished
-    time.sleep(1.0)  # let killed workers be reaped by their parents
-    assert [" ".join(p.cmdline()) for p in _processes_of(run)] == []
+    assert _left_after(run, within_s=1.0) == []  # killed workers are reaped by their parents
 
 
 def test_deselected_checks_are_not_reported_as_not_run(tmp_path: Path) -> None:

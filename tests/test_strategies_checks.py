@@ -20,7 +20,7 @@ from preflight.locations import checks_dir
 from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, validate_report
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 CHECKS = [str(REPO_ROOT / "checks" / "test_ddp_step.py"), str(REPO_ROOT / "checks" / "test_strategies.py")]
 BUILD_BUDGET = ["--preflight-op-build-timeout=1500", "--preflight-timeout=2400"]  # a cold build on a loaded machine

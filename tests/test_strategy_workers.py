@@ -21,7 +21,7 @@ from preflight.workers import phases
 from tests.conftest import REPO_ROOT
 from tests.launching import launch_phase
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 
 HANG_BUDGET_S = 20.0  # a phase's budget starts after the ranks joined: torch's import is not in it
 ZERO_HANG_BUDGET_S = 90.0  # the ZeRO phase that hangs in its save: initialize and the steps fit in it

@@ -255,7 +255,7 @@ def assert_shape(result: subprocess.CompletedProcess[str], report: dict[str, Any
     return lines
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_a_run_without_launches_prints_titles_grouped_skips_and_one_verdict(tmp_path: Path) -> None:
     result = run_preflight(tmp_path, "-m", "not distributed")
     report = json.loads((tmp_path / "reports" / "preflight.json").read_text())
@@ -271,7 +271,7 @@ def test_a_run_without_launches_prints_titles_grouped_skips_and_one_verdict(tmp_
     assert any(line.startswith("PASS  Is /dev/shm large enough") for line in lines)
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_a_launch_shows_its_phases_then_the_check_and_the_verdict(tmp_path: Path) -> None:
     result = run_preflight(tmp_path, "-k", "test_ddp_step")
     report = json.loads((tmp_path / "reports" / "preflight.json").read_text())
@@ -284,7 +284,7 @@ def test_a_launch_shows_its_phases_then_the_check_and_the_verdict(tmp_path: Path
                          "(-k test_ddp_step)")
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_verbose_keeps_pytests_reporter_and_says_the_verdict_once(tmp_path: Path) -> None:
     result = run_preflight(tmp_path, "-v", "-k", "test_shared_memory")
     assert result.returncode == 0, result.stdout + result.stderr
@@ -340,7 +340,7 @@ def faulty_node(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
             "html": (root / "reports80" / "preflight.html").read_text()}
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_on_a_faulty_node_the_first_problem_everywhere_is_the_worst_hardware_fault(faulty_node: dict[str, Any]) -> None:
     report = faulty_node["report"]
     problems = report["problems"]
@@ -362,7 +362,7 @@ def test_on_a_faulty_node_the_first_problem_everywhere_is_the_worst_hardware_fau
         "DEEPSPEED_CUDA_MAJOR_MISMATCH", first)
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 @pytest.mark.parametrize("width", FAULTY_WIDTHS)
 def test_on_a_faulty_node_no_reason_is_cut_before_its_first_clause(faulty_node: dict[str, Any], width: int) -> None:
     text = faulty_node["out"][width]
@@ -388,7 +388,7 @@ def test_on_a_faulty_node_no_reason_is_cut_before_its_first_clause(faulty_node: 
     assert per_gpu >= 64 and sum(1 for line in checks if "[gpu" in line) < 20
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_no_reason_or_fix_names_a_test(faulty_node: dict[str, Any]) -> None:
     import re
 

@@ -18,7 +18,7 @@ from preflight.parse.nvcc import parse_nvcc_version
 from tests.conftest import REPO_ROOT, validate_report
 from tests.toolkit_fakes import capture, fake_nvcc, fake_tool, fake_toolkit
 
-pytestmark = pytest.mark.subprocess
+pytestmark = pytest.mark.e2e
 CHECKS = str(REPO_ROOT / "checks" / "test_cuda_toolkit.py")
 CU128_ARCH = "sm_75 sm_80 sm_86 sm_90 sm_100 sm_120"  # what torch's cu128 wheels carry (no sm_70)
 

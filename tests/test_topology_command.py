@@ -119,7 +119,7 @@ def test_unreadable_inputs(tmp_path: Path) -> None:
         topology.main(["--bogus"])
 
 
-@pytest.mark.subprocess
+@pytest.mark.e2e
 def test_cli_exit_codes(shared_fixtures: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), "PATH": "/nonexistent"}
 
