@@ -34,7 +34,7 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
-from preflight.fixtures.nccl import sweep_plan, sweep_run_from_launch  # noqa: E402
+from preflight.launch.allreduce_sweep import sweep_plan, sweep_run_from_launch  # noqa: E402
 from preflight.launch.torchrun import launch  # noqa: E402
 from preflight.parse.nccl_tests import parse_nccl_tests  # noqa: E402
 from preflight.probe.command import run_command  # noqa: E402

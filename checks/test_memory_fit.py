@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from preflight.fixtures.strategies import StrategySelection
+from preflight.launch.strategy_phases import StrategySelection
 from preflight.judge.memory_fit import FitPlan, judge_planned_fit
 from preflight.outcome import Verdict
 from preflight.probe.gpu_memory import GpuMemorySource

@@ -132,7 +132,7 @@ def pytest_configure(config: pytest.Config) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Cheap probes first, launches last: a node whose GPUs are missing says so in seconds.
     # Distributed checks in the launch's phase order (each waits for its phase on pytest's one thread).
-    from preflight.fixtures.rehearsal import launch_order
+    from preflight.launch.rehearsal_start import launch_order
 
     def place(item: pytest.Item) -> tuple[bool, int]:
         distributed = item.get_closest_marker("distributed") is not None

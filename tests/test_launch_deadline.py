@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from preflight.fixtures.rehearsal import capped
+from preflight.launch.rehearsal_start import capped
 from preflight.launch.plan import Phase
 from preflight.settings import Settings
 from tests.conftest import REPO_ROOT

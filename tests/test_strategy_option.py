@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from preflight.fixtures import strategies as module
-from preflight.fixtures.strategies import StrategySelection, selected_strategies
+from preflight.launch import strategy_phases as module
+from preflight.launch.strategy_phases import StrategySelection, selected_strategies
 from preflight.option_types import parse_strategies, strategy_option
 from preflight.node.transports import Transports
 from preflight.report.ownership import LOGS, OWNED_MARK

@@ -1,5 +1,7 @@
 """The all-reduce sweep as a rehearsal phase: its message sizes and iterations per profile and
-device, and its launch's result read back as the judges' :class:`~preflight.probe.sweep.SweepRun`."""
+device, its launch's result read back as the judges' :class:`~preflight.probe.sweep.SweepRun`, and
+the sweeps the bandwidth checks share (:class:`AllreduceSweeps`: one launch per environment, since
+NCCL reads its variables when a communicator is created)."""
 
 from __future__ import annotations
 
@@ -10,7 +12,11 @@ from pathlib import Path
 
 from preflight.launch.outcome import PhaseResult
 from preflight.launch.phase_results import AllreduceResult
-from preflight.launch.plan import Phase
+from preflight.launch.plan import LaunchPlan, Phase
+from preflight.launch.rehearsal import Rehearsal
+from preflight.launch.rehearsal_start import launch_environment
+from preflight.node import Job
+from preflight.node.environment import JobEnvironment
 from preflight.probe.sweep import RankNote, RunStatus, SizeResult, SweepRun
 
 MIB = 1 << 20
@@ -101,3 +107,35 @@ def sweep_phase(plan: SweepPlan) -> Phase:
 def without_label(names: tuple[str, ...]) -> str:
     """Label of the run with ``names`` removed from the environment."""
     return "without " + " ".join(sorted(names))
+
+
+class AllreduceSweeps:
+    """The sweep of the rehearsal launch (the environment as it is) and, on demand, sweeps in launches
+    of their own with variables set or removed (NCCL reads them when a communicator is created)."""
+
+    def __init__(self, rehearsal: Rehearsal, plan: SweepPlan, job: Job, env: JobEnvironment, quick: bool) -> None:
+        self._rehearsal = rehearsal
+        self._job = job
+        self._env = env
+        self.plan = plan
+        self.on_gpu = job.on_gpu
+        self.nproc = job.ranks
+        self.quick = quick
+        self._runs: dict[str, SweepRun] = {}
+
+    def run(self, label: str, set_env: Mapping[str, str] | None = None, unset: tuple[str, ...] = ()) -> SweepRun:
+        """The sweep with ``set_env`` added and ``unset`` removed from the inherited environment."""
+        if label in self._runs:
+            return self._runs[label]
+        overrides: dict[str, str | None] = {**launch_environment(self._job), **(set_env or {})}
+        overrides.update({name: None for name in unset})  # the launcher removes these for this launch
+        effective = {k: v for k, v in self._env.nccl.items() if k not in unset}
+        effective.update({k: v for k, v in overrides.items() if k.startswith("NCCL_") and v is not None})
+        if label == AS_IS:
+            phase = self._rehearsal.phase(PHASE)
+        else:
+            launch = LaunchPlan("allreduce", (self._rehearsal.spec(PHASE),), self.nproc, env=overrides)
+            phase = self._rehearsal.separate(label, launch).phase(PHASE)
+        run = sweep_run_from_launch(label, phase, effective, self.on_gpu)
+        self._runs[label] = run
+        return run

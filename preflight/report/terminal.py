@@ -496,7 +496,7 @@ class PreflightTerminal:
     def _launch_status(self) -> LaunchStatus | None:
         """The launch in flight, for the live line while a distributed check waits on it: a session's own
         (``LIVE_STATUS_KEY``: ``preflight rehearse``), else the rehearsal fixture's."""
-        from preflight.fixtures.rehearsal import REHEARSAL_KEY
+        from preflight.launch.rehearsal_start import REHEARSAL_KEY
 
         source = self.config.stash.get(LIVE_STATUS_KEY, None)
         if source is not None:
