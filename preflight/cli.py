@@ -243,11 +243,22 @@ def _usage_line(errors: str) -> str:
     return lines[0] if lines else "pytest refused the arguments"
 
 
+def _refuse_preflight_options_for_pytest(extra: list[str]) -> None:
+    """The command hands pytest its settings already parsed, so a ``--preflight-*`` option after ``--`` would be
+    silently ignored: refuse it, naming the command's own spelling."""
+    for arg in extra:
+        if arg.startswith("--preflight-"):
+            name = arg.split("=", 1)[0][len("--preflight-"):]
+            raise UsageError(f"{arg.split('=', 1)[0]} after -- is not read (preflight passes its own settings to "
+                             f"pytest): give --{name} before --")
+
+
 def run(argv: list[str]) -> int:
     """Run the checks and return the exit code."""
     import pytest
 
     head, extra = (argv[: argv.index("--")], argv[argv.index("--") + 1:]) if "--" in argv else (argv, [])
+    _refuse_preflight_options_for_pytest(extra)
     head = join_negative_values(head, {f"--{o.name}" for o in OPTIONS if not o.flag})
     args = build_parser().parse_args(head)  # validates every value: one line and exit 2 on bad input
     settings = settings_from(args)

@@ -105,6 +105,14 @@ def test_an_unknown_option_or_command_gets_the_closest_one(capsys: pytest.Captur
     assert err.count("\n") == 1 and err.strip().endswith(hint), err  # nothing close: no suggestion
 
 
+def test_a_preflight_option_after_the_separator_is_refused_not_ignored(capsys: pytest.CaptureFixture[str]) -> None:
+    from preflight.cli import main
+
+    assert main(["--", "-p", "no:cacheprovider", "--preflight-cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--preflight-cpu after -- is not read" in err and "give --cpu before --" in err, err
+
+
 def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing_behind(tmp_path: Path) -> None:
     out = tmp_path / "reports"
     started = time.monotonic()
