@@ -51,8 +51,10 @@ def test_every_workers_shape_is_read_into_its_type() -> None:
     assert DdpResult.parse(DDP).param_sha256 == "ab" * 32
     fsdp = parse_fsdp(FSDP)
     assert isinstance(fsdp, FsdpResult) and fsdp.losses == (5.0, 4.0) and fsdp.checkpoint.tensors == 7
+    assert (fsdp.param_sum, fsdp.shard_sha256) == (1.5, "ef" * 32)  # a subclass's own fields, by name
     zero = ZeroResult.parse(ZERO)
     assert zero.ops[0].source == "manifest" and zero.config == {"zero_optimization": {}}
+    assert (zero.strategy, zero.accelerator, zero.parameters) == ("zero2", "cpu", 1234)
     assert OpsResult.parse({"ops": ZERO["ops"], "seconds": 1}).seconds == 1.0
     size = {"bytes": 1 << 20, "time_s": 0.001, "algbw_gbps": 1.0, "busbw_gbps": 1.0, "correct": True, "iters": 20}
     sweep = AllreduceResult.parse({"sizes": [size], "skipped": [{"bytes": 1 << 30, "reason": "does not fit"}],

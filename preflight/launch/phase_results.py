@@ -19,11 +19,12 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypedDict, TypeVar
+from typing import TypeVar
 
 from preflight.probe.sweep import SizeResult
 
 T = TypeVar("T")
+S = TypeVar("S", bound="StrategyResult")
 
 
 class MalformedResult(ValueError):
@@ -391,36 +392,6 @@ class OpsResult:
         return cls(tuple(OpLoad.parse(op) for op in f.children("ops")), f.number("seconds"))
 
 
-class StrategyFields(TypedDict):
-    """The fields every strategy shares, as keyword arguments of the subclasses (read by :func:`strategy_fields`)."""
-
-    strategy: str
-    api: str
-    precision: str
-    losses: tuple[float, ...]
-    step_times_s: tuple[float, ...]
-    step_time_s: float
-    first_step_time_s: float | None
-    local_losses: tuple[float, ...]
-    probe_loss: float
-    param_sha256: str
-    parameters: int
-    peak_memory_bytes: int
-    memory_kind: str
-    checkpoint: Checkpoint
-
-
-def strategy_fields(f: Fields) -> StrategyFields:
-    """Read the fields every strategy worker writes."""
-    return StrategyFields(
-        strategy=f.text("strategy"), api=f.text("api"), precision=f.text("precision"), losses=f.numbers("losses"),
-        step_times_s=f.numbers("step_times_s"), step_time_s=f.number("step_time_s"),
-        first_step_time_s=f.opt_number("first_step_time_s"), local_losses=f.numbers("local_losses"),
-        probe_loss=f.number("probe_loss"), param_sha256=f.text("param_sha256"), parameters=f.integer("parameters"),
-        peak_memory_bytes=f.integer("peak_memory_bytes"), memory_kind=f.text("memory_kind"),
-        checkpoint=Checkpoint.parse(f.child("checkpoint")))
-
-
 @dataclass(frozen=True, slots=True)
 class StrategyResult:
     """What every strategy rehearsal reports per rank (``tiny_model.summary`` and the round trip): losses
@@ -447,6 +418,17 @@ class StrategyResult:
         values = (*self.losses, *self.local_losses, self.probe_loss)
         return bool(self.losses) and all(math.isfinite(v) for v in values)
 
+    @classmethod
+    def _read(cls: type[S], f: Fields, **own: object) -> S:
+        """A strategy's result: the fields every strategy worker writes, read here, and the subclass's ``own``."""
+        return cls(strategy=f.text("strategy"), api=f.text("api"), precision=f.text("precision"),
+                   losses=f.numbers("losses"), step_times_s=f.numbers("step_times_s"),
+                   step_time_s=f.number("step_time_s"), first_step_time_s=f.opt_number("first_step_time_s"),
+                   local_losses=f.numbers("local_losses"), probe_loss=f.number("probe_loss"),
+                   param_sha256=f.text("param_sha256"), parameters=f.integer("parameters"),
+                   peak_memory_bytes=f.integer("peak_memory_bytes"), memory_kind=f.text("memory_kind"),
+                   checkpoint=Checkpoint.parse(f.child("checkpoint")), **own)
+
 
 @dataclass(frozen=True, slots=True)
 class FsdpResult(StrategyResult):
@@ -459,7 +441,7 @@ class FsdpResult(StrategyResult):
     def parse(cls, raw: Mapping[str, object]) -> FsdpResult:
         """Read the FSDP2 worker's dict (see :func:`parse_fsdp` for a phase that may not run)."""
         f = Fields.of(raw, "result")
-        return cls(**strategy_fields(f), param_sum=f.number("param_sum"), shard_sha256=f.text("shard_sha256"))
+        return cls._read(f, param_sum=f.number("param_sum"), shard_sha256=f.text("shard_sha256"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -474,8 +456,8 @@ class ZeroResult(StrategyResult):
     def parse(cls, raw: Mapping[str, object]) -> ZeroResult:
         """Read the ZeRO worker's dict."""
         f = Fields.of(raw, "result")
-        return cls(**strategy_fields(f), config=f.child("config").raw, accelerator=f.text("accelerator"),
-                   ops=tuple(OpLoad.parse(op) for op in f.children("ops")))
+        return cls._read(f, config=f.child("config").raw, accelerator=f.text("accelerator"),
+                         ops=tuple(OpLoad.parse(op) for op in f.children("ops")))
 
 
 @dataclass(frozen=True, slots=True)
