@@ -5,12 +5,16 @@ from __future__ import annotations
 import os
 import resource
 import signal
+import socket
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
+from preflight.node.environment import JobEnvironment
+from preflight.node.host import HostFacts
+from preflight.node.transports import Transports
 from preflight.parse.lspci_acs import LspciError, parse_lspci_acs
 from preflight.probe.command import DEFAULT_TIMEOUT_S, CommandResult
 from preflight.probe.host import (
@@ -477,3 +481,11 @@ def test_pcie_probe_passthrough_and_off(tmp_path: Path) -> None:
     write(tmp_path, "proc/cmdline", "quiet\n")
     (tmp_path / "sys/kernel/iommu_groups").mkdir(parents=True)
     assert probe_pcie(tmp_path, runner=recorded(not_found=True)).iommu_mode == "off"
+
+
+def test_the_hostname_is_the_transports_and_the_real_one_is_gethostname(tmp_path: Path) -> None:
+    (tmp_path / "etc").mkdir()
+    (tmp_path / "etc/os-release").write_text('PRETTY_NAME="Fake Linux 1"\n')
+    host = HostFacts(Transports(root=tmp_path, hostname=lambda: "gpu-node-7"), JobEnvironment())
+    assert (host.identity.hostname, host.identity.os) == ("gpu-node-7", "Fake Linux 1")
+    assert Transports().hostname() == socket.gethostname()

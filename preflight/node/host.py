@@ -1,8 +1,9 @@
 """The host the job runs on, each fact probed once through the run's transports.
 
 Everything is read under the filesystem root (``/proc``, ``/sys``, ``/dev/shm``, ``/etc``), sized through
-its ``statvfs``, asked through the command runner (``lspci``) or taken from the environment the job
-inherits, so a test changes the machine only there (tests/fakes/fake_host.py).
+its ``statvfs``, asked through the command runner (``lspci``), taken from the environment the job
+inherits or named by the transports' ``hostname``, so a test changes the machine only there
+(tests/fakes/fake_host.py, tests/fakes/hostile_node.py).
 """
 
 from __future__ import annotations
@@ -52,7 +53,7 @@ class HostFacts:
     @cached_property
     def identity(self) -> HostIdentity:
         """Hostname, OS, kernel, CPU, memory and Python: the report's ``node`` headline."""
-        return probe_identity(self.root)
+        return probe_identity(self.root, self.transports.hostname)
 
     @cached_property
     def container(self) -> ContainerFacts:

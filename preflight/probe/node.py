@@ -1,15 +1,16 @@
 """Facts about the host every report carries: who, what OS, which CPU, memory and Python.
 
 The files are read under the node's filesystem root (``Transports.root``: ``/proc/cpuinfo``,
-``/etc/os-release``); the kernel, hostname, CPU count and memory are what this process's own system
-calls say (uname, gethostname, sched/sysconf, sysinfo), which a directory tree cannot carry.
+``/etc/os-release``) and the hostname is the transports' (``Transports.hostname``: ``gethostname``);
+the kernel, CPU count and memory are what this process's own system calls say (uname, sched/sysconf,
+sysinfo), which a directory tree cannot carry.
 """
 
 from __future__ import annotations
 
 import os
 import platform
-import socket
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -59,10 +60,10 @@ class HostIdentity:
                 "python": self.python}
 
 
-def probe_identity(root: Path) -> HostIdentity:
-    """The node's identity, its files read under ``root``."""
+def probe_identity(root: Path, hostname: Callable[[], str]) -> HostIdentity:
+    """The node's identity, its files read under ``root``, its name from ``hostname``."""
     return HostIdentity(
-        hostname=socket.gethostname(),
+        hostname=hostname(),
         os=os_name(root / "etc/os-release"),
         kernel=platform.release(),
         architecture=platform.machine(),

@@ -14,8 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import socket
 import time
+from collections.abc import Generator
 from pathlib import Path
 
 import pytest
@@ -41,17 +41,22 @@ def _stall(point: str, seconds: float = STALL_S) -> None:
         time.sleep(seconds)
 
 
-def pytest_preflight_transports(config: pytest.Config) -> Transports | None:
-    """A fake A10G whose NVML name carries markup (with ``PREFLIGHT_TEST_HOSTILE_GPU=1``)."""
-    if os.environ.get("PREFLIGHT_TEST_HOSTILE_GPU") != "1":
+@pytest.hookimpl(wrapper=True)
+def pytest_preflight_transports(config: pytest.Config) -> Generator[None, Transports | None, Transports | None]:
+    """The run's transports with a hostname that carries markup and (with ``PREFLIGHT_TEST_HOSTILE_GPU=1``)
+    a fake A10G whose NVML name carries markup."""
+    wrapped = yield
+    if wrapped is None:
         return None
+    hostile = dataclasses.replace(wrapped, hostname=lambda: planted.HOSTNAME)
+    if os.environ.get("PREFLIGHT_TEST_HOSTILE_GPU") != "1":
+        return hostile
     spec = PROFILES["1x-a10g"]
     gpus = tuple(dataclasses.replace(gpu, name=planted.GPU_NAME) for gpu in spec.gpus)
-    return Transports(nvml=fake_transport("1x-a10g", spec=dataclasses.replace(spec, gpus=gpus)))
+    return dataclasses.replace(hostile, nvml=fake_transport("1x-a10g", spec=dataclasses.replace(spec, gpus=gpus)))
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    socket.gethostname = lambda: planted.HOSTNAME
     add_fact(config, f"planted{planted.MARKUP}", {planted.MARKUP: planted.URL_WITH_PASSWORD,
                                                   "token": planted.PLAIN_TOKEN, "note": planted.HF_TOKEN})
     if os.environ.get("PREFLIGHT_TEST_STALL") == "report":
