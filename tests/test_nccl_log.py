@@ -144,7 +144,7 @@ def test_shm_pair_is_explained_as_no_peer_to_peer(test_data: Path) -> None:
     shm = next(p for p in explained["pairs"] if (p["src_rank"], p["dst_rank"]) == (0, 1))
     assert shm["peer_to_peer"] is False and shm["channels"] == 2
     hint = explained["warnings"][0]["hint"]
-    assert hint.startswith("the GPU ran out of memory")
+    assert hint is not None and hint.startswith("the GPU ran out of memory")
     assert "NCCL_BUFFSIZE" in hint and "NCCL_P2P_DISABLE" not in hint  # trading memory for bandwidth is no fix
 
 

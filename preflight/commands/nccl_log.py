@@ -9,15 +9,50 @@ too. Exit code 0 after a successful analysis, 2 when the file cannot be read.
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TypedDict, final
 
 from preflight.errors import UsageError
 from preflight.inputs import read_text, shown
 from preflight.options import UsageParser
 from preflight.judge.nccl import human_bytes
-from preflight.parse.nccl_explain import explain
+from preflight.parse.nccl_explain import LogExplanation, TimeoutJson, explain
 from preflight.parse.nccl_log import NcclLog, NcclLogError, analyze
 from preflight.parse.nccl_tests import NcclTestsError, contains_table, looks_like_nccl_tests, parse_nccl_tests
+
+
+
+@final
+class NcclTestsSummary(TypedDict):
+    """The nccl-tests table in the same file: which collective on how many ranks, peak and average busbw."""
+
+    collective: str | None
+    collective_candidates: list[str]
+    ranks: int | None
+    devices_elided: bool
+    single_rank: bool
+    sizes: int
+    peak_busbw_gbps: float
+    peak_size_bytes: int
+    max_size_bytes: int
+    avg_busbw_gbps: float
+    reported_avg_busbw_gbps: float | None
+    wrong: int | None
+    notes: list[str]
+
+
+@final
+class NcclTestsUnreadable(TypedDict):
+    """An nccl-tests table that could not be read, and why."""
+
+    error: str
+
+
+class NcclLogResult(LogExplanation):
+    """What ``nccl-log`` prints (``--json`` as it is, else :func:`render_text`): the file, the log explained and
+    the nccl-tests table's summary (None when the file holds no table)."""
+
+    file: str
+    nccl_tests: NcclTestsSummary | NcclTestsUnreadable | None
 
 
 def main(argv: list[str]) -> int:
@@ -36,7 +71,7 @@ def main(argv: list[str]) -> int:
     tests = _nccl_tests_summary(text)
     if tests is not None and "error" in tests and _nothing_else(log):
         raise UsageError(f"{shown(args.file)} is nccl-tests output, but its table cannot be read: {tests['error']}")
-    result = {"file": args.file, **explain(log), "nccl_tests": tests}
+    result: NcclLogResult = {"file": args.file, **explain(log), "nccl_tests": tests}
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -44,7 +79,7 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _nccl_tests_summary(text: str) -> dict[str, Any] | None:
+def _nccl_tests_summary(text: str) -> NcclTestsSummary | NcclTestsUnreadable | None:
     """Peak and average busbw of an nccl-tests table in the same text, or None when there is none."""
     if not contains_table(text) and not looks_like_nccl_tests(text):
         return None
@@ -80,7 +115,7 @@ def _plural(count: int, word: str) -> str:
     return f"{count} {word}{'' if count == 1 else 's'}"
 
 
-def render_text(result: dict[str, Any]) -> str:
+def render_text(result: NcclLogResult) -> str:
     """The human form of the analysis."""
     out = [f"NCCL log: {result['file']}"]
     versions = result["nccl_versions"]
@@ -133,7 +168,7 @@ def render_text(result: dict[str, Any]) -> str:
     return "\n".join(out)
 
 
-def _tests_text(tests: dict[str, Any]) -> str:
+def _tests_text(tests: NcclTestsSummary) -> str:
     """``nccl-tests table (all_reduce_perf on 8 ranks): peak busbw ... at 4 GiB (the largest size tested), ...``."""
     ranks = f" on {_plural(tests['ranks'], 'rank')}" if tests["ranks"] else ""
     candidates = tests["collective_candidates"]
@@ -150,7 +185,7 @@ def _tests_text(tests: dict[str, Any]) -> str:
             f"average {tests['avg_busbw_gbps']:.2f} GB/s over {_plural(tests['sizes'], 'size')}")
 
 
-def _timeout_text(timeout: dict[str, Any]) -> str:
+def _timeout_text(timeout: TimeoutJson) -> str:
     """``rank 0: BROADCAST (SeqNum 1, 131072000 elements) not done after 600081 ms (timeout 600000 ms)``."""
     who = f"rank {timeout['rank']}" if timeout["rank"] is not None else "a rank"
     what = timeout["collective"] or "a collective (not named in the log)"

@@ -2,13 +2,15 @@
 
 Shared by ``preflight nccl-log`` and the bandwidth check, so a saved log and a live run are
 explained with the same words: which transport each GPU pair used and what that means, what a
-WARN line usually points at, and what a watchdog timeout says about the hang.
+WARN line usually points at, and what a watchdog timeout says about the hang. The data is typed
+(:class:`LogExplanation` and its parts, TypedDicts: plain dicts, so ``nccl-log --json`` prints them
+as they are) so its readers use its keys as declared.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
-from typing import Any
+from typing import TypedDict
 
 from preflight.parse.nccl_log import Connection, NcclLog, PairTransport, device_label
 
@@ -42,6 +44,91 @@ _WARN_HINTS: tuple[tuple[str, str], ...] = (
 )
 
 
+
+class PairExplanation(TypedDict):
+    """One GPU pair: its transports (transport text -> channels) and the sentence saying what they mean."""
+
+    src_rank: int
+    dst_rank: int | None
+    src_gpu: str | None
+    dst_gpu: str | None
+    transports: dict[str, int]
+    channels: int
+    peer_to_peer: bool
+    explanation: str
+
+
+class ConnectionJson(TypedDict):
+    """One channel connection of the log."""
+
+    channel: int | None
+    src_rank: int
+    dst_rank: int | None
+    direction: str | None
+    family: str
+    transport: str
+    line_no: int
+
+
+class NvlsJson(TypedDict):
+    """Whether NVLS (NVLink SHARP) was set up, with how many channels, by how many ranks."""
+
+    used: bool
+    channels: int | None
+    ranks: int
+
+
+class WarningJson(TypedDict):
+    """One ``NCCL WARN`` line and what it usually means."""
+
+    line_no: int
+    source: str | None
+    function: str | None
+    message: str
+    line: str
+    hint: str | None
+
+
+class ErrorJson(TypedDict):
+    """One NCCL error raised to the program and what it usually means."""
+
+    line_no: int
+    reason: str
+    last_error: str | None
+    line: str
+    hint: str | None
+
+
+class TimeoutJson(TypedDict):
+    """One watchdog timeout: which rank, which collective, how long it ran."""
+
+    rank: int | None
+    collective: str | None
+    seq_num: int | None
+    numel_in: int | None
+    numel_out: int | None
+    timeout_ms: int | None
+    ran_for_ms: int | None
+    line_no: int
+    line: str
+
+
+class LogExplanation(TypedDict):
+    """The whole log explained (:func:`explain`), in the key order ``nccl-log --json`` prints."""
+
+    nccl_version: str | None
+    nccl_versions: list[str]
+    transports: dict[str, int]
+    transport_details: dict[str, int]
+    pairs: list[PairExplanation]
+    connections: list[ConnectionJson]
+    nvls: NvlsJson
+    warnings: list[WarningJson]
+    errors: list[ErrorJson]
+    timeouts: list[TimeoutJson]
+    findings: list[str]
+
+
 def hint_for(text: str) -> str | None:
     """What a WARN or error text usually means, or None when it is not a known pattern."""
     for needle, hint in _WARN_HINTS:
@@ -67,7 +154,7 @@ def _endpoint(log: NcclLog, rank: int | None, device: str | None) -> str:
     return f"rank {rank} ({gpu})" if gpu else f"rank {rank}"
 
 
-def explain_pair(log: NcclLog, pair: PairTransport) -> dict[str, Any]:
+def explain_pair(log: NcclLog, pair: PairTransport) -> PairExplanation:
     """One GPU pair: its transports and a sentence saying whether peer-to-peer was used."""
     src = _endpoint(log, pair.src_rank, pair.src_device)
     dst = _endpoint(log, pair.dst_rank, pair.dst_device)
@@ -94,7 +181,7 @@ def explain_pair(log: NcclLog, pair: PairTransport) -> dict[str, Any]:
     }
 
 
-def _connection_json(connection: Connection) -> dict[str, Any]:
+def _connection_json(connection: Connection) -> ConnectionJson:
     """One connection as JSON."""
     return {
         "channel": connection.channel,
@@ -130,7 +217,7 @@ def timeout_findings(log: NcclLog) -> list[str]:
     return findings
 
 
-def explain(log: NcclLog) -> dict[str, Any]:
+def explain(log: NcclLog) -> LogExplanation:
     """The whole log as JSON-ready data with plain-words findings."""
     pairs = [explain_pair(log, pair) for pair in log.pairs()]
     findings: list[str] = []
