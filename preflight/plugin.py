@@ -28,6 +28,7 @@ from preflight.node.transports import Transports
 from preflight.options import argparse_kwargs
 from preflight.outcome import Status, Verdict, error
 from preflight.parse.quantity import QuantityError
+from preflight.probe.nvml_snapshot import GpuReference
 from preflight.recording import STATE_KEY, CheckState, Recorder, apply_to_report, verdict_for_phase
 from preflight.report.collector import ReportCollector
 from preflight.report.model import CheckResult
@@ -223,7 +224,7 @@ def _check_result(item: pytest.Item, verdict: Verdict, state: CheckState) -> Che
                        verdict=verdict, duration_s=state.duration_s, gpu=_gpu_reference(item))
 
 
-def _gpu_reference(item: pytest.Item) -> dict[str, Any] | None:
+def _gpu_reference(item: pytest.Item) -> GpuReference | None:
     """The ids of the GPU a per-GPU check (``gpu`` fixture, parametrized by NVML index) is about."""
     callspec = getattr(item, "callspec", None)
     index = callspec.params.get("gpu") if callspec is not None else None

@@ -55,7 +55,7 @@ from preflight.parse.visible_devices import (
     resolve_visible_devices,
 )
 from preflight.probe.nvml_probe import NVML_TIMEOUT_S, probe_failed_error, take_snapshot
-from preflight.probe.nvml_snapshot import GpuInfo, NvmlSnapshot
+from preflight.probe.nvml_snapshot import GpuInfo, GpuReference, NvmlSnapshot
 from preflight.probe.pci import PciGpus, nvidia_gpus_on_pci
 from preflight.probe import toolkit as toolkit_probe  # a module: it imports node.torch, which imports us
 from preflight.probe.topology import SMI_TIMEOUT_S, SmiTopology, read_smi_topology
@@ -342,7 +342,7 @@ class Node:
         """The GPU at NVML ``index``."""
         return next(g for g in self.nvml.gpus if g.index == index)
 
-    def gpu_reference(self, index: int) -> dict[str, Any] | None:
+    def gpu_reference(self, index: int) -> GpuReference | None:
         """The report's ``gpu`` field of a check about the GPU at NVML ``index`` (its ids and CUDA index),
         or None when NVML lists no such GPU."""
         found = [g for g in self.nvml.gpus if g.index == index]
@@ -350,7 +350,7 @@ class Node:
             return None
         visible = self.visible
         cuda = next((v.cuda_index for v in visible.gpus if v.gpu.nvml_index == index), None) if visible else None
-        return {**found[0].reference(), "cuda_index": cuda}
+        return found[0].reference(cuda)
 
     # -- the report ------------------------------------------------------------------------------------
 

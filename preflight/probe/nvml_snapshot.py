@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, TypedDict, TypeVar
 
 from preflight.parse.visible_devices import GpuIdentity
 from preflight.probe.nvml import (
@@ -163,6 +163,18 @@ class NvLinkInfo:
                    None if remote is None else _take(remote, str), None if kind is None else _take(kind, int))
 
 
+class GpuReference(TypedDict):
+    """The GPU a per-GPU check is about, as the report's ``check_gpu`` holds it: NVML index, bus id, UUID,
+    serial and model (each a value, or why NVML has none), and its CUDA index in the job (None outside it)."""
+
+    index: int
+    pci_bus_id: str
+    uuid: str
+    serial: str
+    name: str
+    cuda_index: int | None
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class GpuInfo:
     """Everything NVML said about one GPU; each name carries its unit (``_bytes``, ``_c`` for Celsius)."""
@@ -253,11 +265,10 @@ class GpuInfo:
             mig_uuids=() if isinstance(self.mig_devices, Absent) else self.mig_devices,
         )
 
-    def reference(self) -> dict[str, Any]:
-        """Which GPU a per-GPU check is about, for a machine reading the report: NVML index, bus id, UUID,
-        serial (each value, or why NVML has none) and the model."""
-        return {"index": self.index, "pci_bus_id": _json(self.pci_bus_id), "uuid": _json(self.uuid),
-                "serial": _json(self.serial), "name": _json(self.name)}
+    def reference(self, cuda_index: int | None) -> GpuReference:
+        """Which GPU a per-GPU check is about, for a machine reading the report, with its ``cuda_index`` in the job."""
+        return {"index": self.index, "pci_bus_id": str(self.pci_bus_id), "uuid": str(self.uuid),
+                "serial": str(self.serial), "name": str(self.name), "cuda_index": cuda_index}
 
     def table_row(self) -> dict[str, str | int]:
         """One flat row of the GPU table (what ``nvidia-smi`` shows, plus the health counters)."""
