@@ -13,7 +13,7 @@ import os
 import shutil
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypedDict
 
 from preflight.errors import UsageError
 
@@ -153,14 +153,31 @@ def argparse_type(convert: Callable[[str], Any]) -> Callable[[str], Any]:
     return wrapped
 
 
-def argparse_kwargs(option: Option) -> dict[str, Any]:
+class _FlagKeywords(TypedDict):
+    """The keywords every option has (a flag has only these)."""
+
+    dest: str
+    action: str
+    default: object  # None (False for a flag): a value not given; the default is the settings'
+    help: str
+
+
+class ArgumentKeywords(_FlagKeywords, total=False):
+    """``add_argument`` keywords of one option (:func:`argparse_kwargs`): a flag has only the four above."""
+
+    metavar: str | None
+    choices: Sequence[str] | None
+    type: Callable[[str], Any]
+
+
+def argparse_kwargs(option: Option) -> ArgumentKeywords:
     """``add_argument`` keywords for ``option`` (its dest, help, converter, choices): the same for the CLI's
     parser and pytest's ``addoption``; a value not given is None (a flag False), its default is the settings'."""
     if option.flag:
         return {"dest": option.dest, "action": "store_true", "default": False, "help": option.help}
-    kwargs: dict[str, Any] = {"dest": option.dest, "help": option.help, "metavar": option.metavar,
-                              "choices": option.choices, "default": None,
-                              "action": "append" if option.multiple else "store"}
+    kwargs: ArgumentKeywords = {"dest": option.dest, "help": option.help, "metavar": option.metavar,
+                                "choices": option.choices, "default": None,
+                                "action": "append" if option.multiple else "store"}
     if option.type is not None:
         kwargs["type"] = argparse_type(option.type)
     return kwargs
