@@ -10,12 +10,11 @@ a FAIL with DeepSpeed's own message.
 from __future__ import annotations
 
 import signal
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from preflight.outcome import Metric, Verdict, error, fail, passed, warn
 from preflight.parse.op_build import find_op_build_failure
-from preflight.probe.deepspeed_ops import EXTENSIONS_DIR_ENV, ZERO_BUILDERS, OpBuild
+from preflight.probe.deepspeed_ops import EXTENSIONS_DIR_ENV, ZERO_BUILDERS, BuilderSpec, OpBuild
 
 OP_BUILD_FIX = ("DeepSpeed compiles its ops at the first step with ninja and a C++ compiler (and nvcc from "
                 "CUDA_HOME for CUDA ops): install the CUDA toolkit whose major version matches torch.version.cuda "
@@ -44,10 +43,10 @@ def _seconds(value: float) -> str:
     return f"{value:.0f} s" if value >= 10 else f"{value:.1f} s"
 
 
-def pending_builders(build: OpBuild, builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS) -> list[str]:
+def pending_builders(build: OpBuild, builders: Sequence[BuilderSpec] = ZERO_BUILDERS) -> list[str]:
     """The builders the child had not reported yet (the first one was compiling when it stopped)."""
     done = {op.builder for op in build.ops}
-    return [str(entry["builder"]) for entry in builders if entry["builder"] not in done]
+    return [entry["builder"] for entry in builders if entry["builder"] not in done]
 
 
 def op_build_metrics(build: OpBuild) -> list[Metric]:

@@ -29,7 +29,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from preflight.locations import cache_folder
 from preflight.probe import op_cache
@@ -48,7 +48,18 @@ STATUS_NAME = op_cache.MANIFEST_NAME
 DEFAULT_TIMEOUT_S = 600.0
 WAITING_FOR = "DeepSpeed's op build (a first build takes minutes; later runs reuse it)"
 
-ZERO_BUILDERS: tuple[dict[str, Any], ...] = (
+class _Builder(TypedDict):
+    builder: str  # the class name ``accelerator.create_op_builder`` takes: ``FusedAdamBuilder``
+
+
+class BuilderSpec(_Builder, total=False):
+    """One op for the child (and the ranks) to load: its builder, ``optional`` when DeepSpeed loads it only
+    where ``deepspeed.ops.__compatible_ops__`` says the op is compatible."""
+
+    optional: bool
+
+
+ZERO_BUILDERS: tuple[BuilderSpec, ...] = (
     # deepspeed/comm/torch.py TorchBackend.__init__ -> build_shm_op(): CPU accelerator only, loaded
     # when deepspeed.ops.__compatible_ops__ says so (the CUDA accelerator has no such builder).
     {"builder": "ShareMemCommBuilder", "optional": True},
@@ -171,7 +182,7 @@ def _op(fact: Mapping[str, Any]) -> OpLoad:
                   module=fact.get("module"), error=fact.get("error"), reason=fact.get("reason"))
 
 
-def build_ops(builders: Sequence[Mapping[str, Any]] = ZERO_BUILDERS, *, timeout_s: float = DEFAULT_TIMEOUT_S,
+def build_ops(builders: Sequence[BuilderSpec] = ZERO_BUILDERS, *, timeout_s: float = DEFAULT_TIMEOUT_S,
               root: Path | None = None, directory: Path | None = None, jit: bool = False,
               runner: CommandRunner, python: str, env: Mapping[str, str], cpu_info: Path | None = None) -> OpBuild:
     """Load (building when needed) ``builders`` in a child interpreter under ``timeout_s``; never raises.
