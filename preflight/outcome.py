@@ -12,9 +12,12 @@ import math
 import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict
 
 from preflight.errors import EXIT_NOT_READY, EXIT_OK, EXIT_USAGE
+
+if TYPE_CHECKING:  # the typing of ``**parts``: a name for mypy only, never imported at run time
+    from typing_extensions import Unpack
 
 CODE_PATTERN = re.compile(r"^[A-Z][A-Z0-9_]*$")
 METRIC_NAME_PATTERN = re.compile(r"^[a-z][a-z0-9_]*$")
@@ -155,27 +158,45 @@ class Verdict:
         )
 
 
-def passed(summary: str, **extra: Any) -> Verdict:
+
+class VerdictParts(TypedDict, total=False):
+    """What a verdict carries beside its status, code, summary and remediation: the keywords of
+    :func:`passed`, :func:`warn`, :func:`fail`, :func:`skip` and :func:`error` (a judge may build them once)."""
+
+    metrics: tuple[Metric, ...]
+    evidence: Mapping[str, str]
+    views: tuple[View, ...]
+    details: Mapping[str, Any]
+
+
+class VerdictNotes(VerdictParts, total=False):
+    """:class:`VerdictParts` and a remediation: what PASS, SKIP and ERROR may also carry (WARN and FAIL take it
+    as an argument)."""
+
+    remediation: str | None
+
+
+def passed(summary: str, **extra: Unpack[VerdictNotes]) -> Verdict:
     """A PASS verdict."""
     return Verdict(status=Status.PASS, summary=summary, **extra)
 
 
-def warn(code: str, summary: str, remediation: str, **extra: Any) -> Verdict:
+def warn(code: str, summary: str, remediation: str, **extra: Unpack[VerdictParts]) -> Verdict:
     """A WARN verdict: the job will run, but something costs time or money."""
     return Verdict(status=Status.WARN, code=code, summary=summary, remediation=remediation, **extra)
 
 
-def fail(code: str, summary: str, remediation: str, **extra: Any) -> Verdict:
+def fail(code: str, summary: str, remediation: str, **extra: Unpack[VerdictParts]) -> Verdict:
     """A FAIL verdict: the job will break or badly underperform."""
     return Verdict(status=Status.FAIL, code=code, summary=summary, remediation=remediation, **extra)
 
 
-def skip(reason: str, **extra: Any) -> Verdict:
+def skip(reason: str, **extra: Unpack[VerdictNotes]) -> Verdict:
     """A SKIP verdict; ``reason`` says why the check does not apply here."""
     return Verdict(status=Status.SKIP, summary=reason, **extra)
 
 
-def error(summary: str, code: str = "CHECK_ERROR", **extra: Any) -> Verdict:
+def error(summary: str, code: str = "CHECK_ERROR", **extra: Unpack[VerdictNotes]) -> Verdict:
     """An ERROR verdict: the check itself could not decide (a probe crashed or timed out)."""
     return Verdict(status=Status.ERROR, code=code, summary=summary, **extra)
 

@@ -32,7 +32,7 @@ from preflight.judge.sizing import (
     min_gpus,
     size_strategy,
 )
-from preflight.outcome import Metric, Verdict, View, fail, passed, warn
+from preflight.outcome import Metric, Verdict, VerdictParts, View, fail, passed, warn
 from preflight.parse.quantity import Headroom, format_bytes, format_param_count
 from preflight.probe.gpu_memory import GpuMemory
 
@@ -146,7 +146,7 @@ def judge_memory_fit(plan: FitPlan) -> Verdict:
     room = (
         f"{format_bytes(plan.available_bytes)} usable per GPU" if plan.available_bytes > 0 else "no memory usable"
     ) + f" ({_gpu_label(plan.tightest)} is the tightest{_used_note(plan.tightest)})"
-    extra: dict[str, Any] = {
+    extra: VerdictParts = {
         "metrics": _metrics(plan),
         "views": (strategy_view(plan),),
         "details": plan_as_dict(plan),

@@ -15,7 +15,7 @@ from typing import Any
 from preflight.judge.ddp import judge_not_run
 from preflight.launch.outcome import PhaseResult
 from preflight.launch.phase_results import P2pPair, P2pResult
-from preflight.outcome import Metric, Status, Verdict, View, fail, passed, skip, warn
+from preflight.outcome import Metric, Status, Verdict, VerdictParts, View, fail, passed, skip, warn
 from preflight.parse.topo import TopoMatrix, nvlink_width
 from preflight.probe.nvml_snapshot import GpuInfo
 
@@ -63,7 +63,7 @@ def judge_p2p_copies(result: P2pResult, names: Mapping[int, str] | None = None,
         Metric("p2p_copy_bandwidth", round(p.gbps, 2), "GB/s", labels={"pair": label[k]})
         for p, k in zip(pairs, key, strict=True) if p.gbps is not None
     )
-    extra: dict[str, Any] = {"views": (view,), "metrics": metrics}
+    extra: VerdictParts = {"views": (view,), "metrics": metrics}
 
     broken = [label[k] + f" ({p.error})" for p, k in zip(pairs, key, strict=True) if p.error]
     if broken:

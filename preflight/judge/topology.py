@@ -30,7 +30,7 @@ from typing import Any
 from preflight.judge.busbw_reference import Expectation
 from preflight.judge.rehearse import SHARDED, CommModel, human_bytes, human_seconds
 from preflight.node.fabric import JobTopology, Layout
-from preflight.outcome import Metric, Verdict, View, error, fail, passed, skip, warn
+from preflight.outcome import Metric, Verdict, VerdictParts, View, error, fail, passed, skip, warn
 from preflight.parse.topo import TopoMatrix, nvlink_width
 from preflight.probe.nvml_snapshot import GpuPair
 
@@ -160,7 +160,7 @@ def judge_layout(matrix: TopoMatrix, cost: LinkCost | None = None, switched: boo
     report draws (default ``matrix``), ``notes`` facts about GPUs outside the judgement."""
     facts = classify(matrix, switched)
     facts = dataclasses.replace(facts, summary=facts.summary + notes)
-    extra: dict[str, Any] = {
+    extra: VerdictParts = {
         "metrics": (
             Metric("gpu_count", facts.gpu_count),
             Metric("nvlink_pairs", len(facts.nvlink_pairs)),
