@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from preflight.judge.cuda_runtime import judge_torch_build
-from preflight.node.torch import JobTorchAnswer, read_job_torch, torch_probe_argv
+from preflight.node.torch import JobTorchAnswer, from_child_output, read_job_torch, torch_probe_argv
 from preflight.node.transports import Transports
 from preflight.outcome import Status
 from preflight.workers.rehearsal import answer_torch
@@ -98,3 +98,12 @@ def test_the_probe_keeps_the_jobs_sys_path_and_drops_the_working_directory(tmp_p
     done = subprocess.run(argv, capture_output=True, text=True, cwd=tmp_path, timeout=120)
     answer = json.loads(done.stdout.strip().splitlines()[-1])
     assert "import_error" not in answer and answer["version"], answer
+
+
+def test_the_jobs_deepspeed_is_read_from_the_answer_and_absent_without_one() -> None:
+    found = from_child_output("/venv/bin/python", {"version": "2.13.0", "deepspeed": {"version": "0.19.8",
+                                                                                      "roots": ["/venv/ds"]}})
+    assert (found.deepspeed_version, found.deepspeed_roots) == ("0.19.8", ("/venv/ds",))
+    for answer in ({"version": "2.13.0"}, {"version": "2.13.0", "deepspeed": {"version": None}}, {"deepspeed": 3}):
+        without = from_child_output("py", answer)
+        assert (without.deepspeed_version, without.deepspeed_roots) == (None, ())

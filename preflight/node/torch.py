@@ -58,9 +58,10 @@ def read_job_deepspeed(transports: Transports, timeout_s: float = DEEPSPEED_TIME
 
 def from_child_output(python: str, data: Mapping[str, Any]) -> JobTorch:
     """The facts from the child's JSON."""
+    deepspeed_version, deepspeed_roots = _deepspeed(data.get("deepspeed"))
     base = JobTorch(python=str(data.get("python") or python), python_version=data.get("python_version"),
                     wheels={str(k): str(v) for k, v in dict(data.get("wheels") or {}).items()},
-                    **_deepspeed_fields(data.get("deepspeed")))
+                    deepspeed_version=deepspeed_version, deepspeed_roots=deepspeed_roots)
     if data.get("import_error") or not data.get("version"):
         return replace(base, problem=f"import torch failed: {data.get('import_error') or 'no version'}")
     nccl = data.get("nccl")
@@ -74,11 +75,11 @@ def from_child_output(python: str, data: Mapping[str, Any]) -> JobTorch:
         numpy_problem=data.get("numpy"))
 
 
-def _deepspeed_fields(found: Any) -> dict[str, Any]:
+def _deepspeed(found: object) -> tuple[str | None, tuple[str, ...]]:
+    """The job's DeepSpeed version and the folders of its files from the child's answer; (None, ()) without one."""
     if not isinstance(found, Mapping) or not found.get("version"):
-        return {}
-    return {"deepspeed_version": str(found["version"]),
-            "deepspeed_roots": tuple(str(r) for r in found.get("roots") or ())}
+        return None, ()
+    return str(found["version"]), tuple(str(r) for r in found.get("roots") or ())
 
 
 def read_job_torch(transports: Transports, timeout_s: float = TIMEOUT_S) -> JobTorch:

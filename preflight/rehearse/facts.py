@@ -8,7 +8,7 @@ import statistics
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from preflight.launch.outcome import RankOutcome, ScriptResult
 from preflight.launch.reaper import Stopped
@@ -227,10 +227,19 @@ def _frames(data: Any) -> tuple[Frame, ...]:
                        str(f.get("code", ""))) for f in data if isinstance(f, Mapping))
 
 
+class _LauncherView(TypedDict):
+    """The fields of :class:`RankRun` the launcher gives, whether or not the rank wrote a record."""
+
+    launcher_state: str
+    launcher_error: str | None
+    log_tail: str
+    log_path: str
+
+
 def rank_run(record: Mapping[str, Any] | None, outcome: RankOutcome) -> RankRun:
     """Join a rank's own record (None when it wrote none) with the launcher's view of it."""
-    base: dict[str, Any] = {"launcher_state": outcome.state, "launcher_error": outcome.error,
-                            "log_tail": outcome.log_tail, "log_path": outcome.log_path}
+    base: _LauncherView = {"launcher_state": outcome.state, "launcher_error": outcome.error,
+                           "log_tail": outcome.log_tail, "log_path": outcome.log_path}
     if record is None:
         return RankRun(rank=outcome.rank, ended="missing", steps=0, exit_code=outcome.exitcode, **base)
     ended = str(record.get("ended", "running"))
