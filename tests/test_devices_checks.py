@@ -355,7 +355,8 @@ def test_preflight_command_on_this_cpu_machine(tmp_path: Path) -> None:
 def test_pcie_link_is_judged_under_load(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch) -> None:
     """Sampled while the sweep runs (the fake's links train up under load; GPU1's slot gives Gen3 x16)."""
     faults = {"under_load": True, "pcie_current": {"1": [3, 16]}}
-    report, _ = run_checks(pytester, monkeypatch, *fake("2x-h100-pcie-no-bridge", faults), "-k", "pcie")
+    report, _ = run_checks(pytester, monkeypatch, *fake("2x-h100-pcie-no-bridge", faults), "-k", "pcie",
+                           "--preflight-profile", "quick")  # the short sweep: long enough to sample under load
     checks = by_name(report)
     assert checks["test_gpu_pcie_link[gpu0]"]["status"] == "PASS", checks["test_gpu_pcie_link[gpu0]"]
     assert "under load" in checks["test_gpu_pcie_link[gpu0]"]["summary"]

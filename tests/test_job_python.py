@@ -3,8 +3,10 @@ but torch (no preflight, no psutil, no numpy). The workers must run there, and t
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -16,19 +18,37 @@ from tests.conftest import REPO_ROOT, validate_report
 pytestmark = pytest.mark.e2e
 
 
+def _torch_and_its_requirements() -> list[importlib.metadata.Distribution]:
+    """The installed distributions ``pip install torch`` would bring: torch and its requirements, recursively."""
+    found: dict[str, importlib.metadata.Distribution] = {}
+    pending = ["torch"]
+    while pending:
+        try:
+            dist = importlib.metadata.distribution(pending.pop())
+        except importlib.metadata.PackageNotFoundError:
+            continue
+        if dist.metadata["Name"].lower() in found:
+            continue
+        found[dist.metadata["Name"].lower()] = dist
+        pending += [re.split(r"[ ;<>=!~\[(]", req, maxsplit=1)[0] for req in dist.requires or () if "extra ==" not in req]
+    return list(found.values())
+
+
 @pytest.fixture(scope="module")
 def job_python(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A fresh venv with torch only (the same torch as here, so pip takes it from the local wheel)."""
-    import torch
-
+    """A fresh venv with torch only: this environment's torch and its requirements, linked into the venv's own
+    site-packages (what ``pip install torch`` puts there, in milliseconds instead of a 30 s install)."""
     venv = tmp_path_factory.mktemp("job") / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     python = venv / "bin" / "python"
-    version = torch.__version__.split("+")[0]
-    installed = subprocess.run([str(python), "-m", "pip", "install", "-q", f"torch=={version}"],
-                               capture_output=True, text=True, timeout=900)
-    if installed.returncode != 0:
-        pytest.skip(f"could not install torch {version} into a fresh venv here: {installed.stderr[-300:]}")
+    site = Path(subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                               capture_output=True, text=True, check=True, timeout=60).stdout.strip())
+    for dist in _torch_and_its_requirements():
+        tops = {Path(str(f)).parts[0] for f in dist.files or () if not str(f).startswith("..")}
+        for top in tops - {"__pycache__"}:
+            source = Path(str(dist.locate_file(top)))
+            if source.exists() and not top.endswith(".pth"):
+                (site / top).symlink_to(source)
     return python
 
 

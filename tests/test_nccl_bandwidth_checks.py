@@ -36,31 +36,40 @@ def run_checks(tmp_path: Path, *args: str, env: dict[str, str] | None = None, fa
     return {c["name"]: c for c in report["checks"]}
 
 
-def test_cpu_node_measures_gloo_and_skips_the_p2p_comparison(tmp_path: Path) -> None:
+@pytest.fixture(scope="module")
+def gloo_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path, float]:
+    """One real gloo sweep (a CPU rehearsal; the full profile, whose largest sizes are large enough to judge)
+    against an expected 1000 GB/s: the measurement, its views and the expectation's verdict come from the same
+    run. Its checks, report directory and wall seconds."""
+    out = tmp_path_factory.mktemp("gloo")
     started = time.monotonic()
-    checks = run_checks(tmp_path, "--preflight-profile", "quick", fake=False)
+    checks = run_checks(out, "--preflight-expect-busbw", "1000", fake=False)
+    return checks, out, time.monotonic() - started
+
+
+def test_cpu_node_measures_gloo_and_skips_the_p2p_comparison(gloo_run: tuple[dict[str, Any], Path, float]) -> None:
+    checks, out, elapsed = gloo_run
     bandwidth = checks["test_allreduce_bandwidth"]
-    assert bandwidth["status"] == "PASS" and "(gloo)" in bandwidth["summary"]
+    assert "(gloo)" in bandwidth["summary"], bandwidth
     assert any(m["name"] == "busbw_peak" and m["value"] > 0 for m in bandwidth["metrics"])
     assert {v["kind"] for v in bandwidth["views"]} == {"chart", "table"}
     p2p = checks["test_nccl_p2p"]
     assert p2p["status"] == "SKIP" and "no NVIDIA GPU visible" in p2p["summary"]
-    html = (tmp_path / "preflight.html").read_text()
+    html = (out / "preflight.html").read_text()
     assert "<svg" in html and "<polyline" in html and "<script" not in html
-    assert time.monotonic() - started < 90
+    assert elapsed < 90
 
 
-def test_expected_figure_far_above_the_measurement_fails(tmp_path: Path) -> None:
-    checks = run_checks(tmp_path, "--preflight-expect-busbw", "1000", fake=False)
-    bandwidth = checks["test_allreduce_bandwidth"]
+def test_expected_figure_far_above_the_measurement_fails(gloo_run: tuple[dict[str, Any], Path, float]) -> None:
+    bandwidth = gloo_run[0]["test_allreduce_bandwidth"]
     assert bandwidth["status"] == "FAIL" and bandwidth["code"] == "NCCL_BUSBW_LOW"
     assert "of the 1000 GB/s expected" in bandwidth["summary"]
 
 
 def test_hang_only_with_p2p_is_p2p_broken(tmp_path: Path) -> None:
     started = time.monotonic()
-    checks = run_checks(tmp_path, "--preflight-launch-timeout", "30", env={"PREFLIGHT_TEST_P2P": "hang"})
-    elapsed = time.monotonic() - started
+    checks = run_checks(tmp_path, "--preflight-launch-timeout", "15", env={"PREFLIGHT_TEST_P2P": "hang"})
+    elapsed = time.monotonic() - started  # the hung run is called hung at the 15 s phase budget
     p2p = checks["test_nccl_p2p"]
     assert p2p["status"] == "FAIL" and p2p["code"] == "NCCL_P2P_BROKEN", p2p
     assert "hung (ranks" in p2p["summary"] and "NCCL_P2P_DISABLE=1 worked" in p2p["summary"]
@@ -68,7 +77,7 @@ def test_hang_only_with_p2p_is_p2p_broken(tmp_path: Path) -> None:
     assert "rank 1" in json.dumps(p2p["evidence"])
     bandwidth = checks["test_allreduce_bandwidth"]
     assert "measured with NCCL_P2P_DISABLE=1" in bandwidth["summary"]
-    assert elapsed < 30 + 90
+    assert elapsed < 15 + 90
 
 
 def test_p2p_slower_than_shared_memory_warns(tmp_path: Path) -> None:
