@@ -3,9 +3,11 @@
     python benchmarks/launch_ratio.py [--runs 3] [--nproc N] [--baseline CHECKOUT] [-- extra preflight options]
 
 Each round runs, one after the other: a bare launch (``benchmarks/bare_launch.py``: start, join the
-group, one all-reduce, leave), ``preflight --profile quick`` and ``preflight --profile full``, so a
-noisy machine slows all three alike. Prints every run, the medians (wall and CPU seconds of the
-whole process tree) and the ratios. Targets on a 2-core CPU machine (issue 27): quick <= 1.2x, full <= 2.0x.
+group, one all-reduce, leave), the same with one DDP step (``bare-ddp``: what any DDP job pays before its
+first step, DDP's constructor importing ``torch._dynamo``), ``preflight --profile quick`` and
+``preflight --profile full``, so a noisy machine slows them all alike. Prints every run, the medians
+(wall and CPU seconds of the whole process tree) and the ratios. Targets on a 2-core CPU machine
+(issue 27): quick <= 1.2x, full <= 2.0x.
 With DeepSpeed installed the full profile also rehearses ZeRO-1/2/3, so each round also runs the full
 profile as it is without it (``--strategy ddp,fsdp``), reported as ``full-no-zero``.
 On a GPU node it runs as is (the bare launch then uses NCCL on every GPU).
@@ -63,11 +65,12 @@ def _timed(argv: list[str], env: dict[str, str] | None = None) -> tuple[float, f
     return wall, cpu, proc.returncode, last
 
 
-def bare(nproc: int | None) -> tuple[float, float, int, str]:
+def bare(nproc: int | None, *script_args: str) -> tuple[float, float, int, str]:
     ranks = f"--nproc-per-node={nproc}" if nproc else "--nproc-per-node=gpu"
     if nproc is None and not has_gpu():
         ranks = "--nproc-per-node=2"
-    return _timed([sys.executable, "-m", "torch.distributed.run", "--standalone", ranks, str(HERE / "bare_launch.py")])
+    return _timed([sys.executable, "-m", "torch.distributed.run", "--standalone", ranks, str(HERE / "bare_launch.py"),
+                   *script_args])
 
 
 def has_gpu() -> bool:
@@ -97,7 +100,7 @@ def main() -> None:
         extra = ["--nproc", str(args.nproc), *extra]
     if not has_gpu():
         extra = ["--cpu", *extra]  # no GPU here: the CPU rehearsal the bare launch is compared with
-    rows: dict[str, list[tuple[float, float, int, str]]] = {"bare": [], "quick": [], "full": []}
+    rows: dict[str, list[tuple[float, float, int, str]]] = {"bare": [], "bare-ddp": [], "quick": [], "full": []}
     no_zero = has_deepspeed() and "--strategy" not in extra
     if no_zero:
         rows["full-no-zero"] = []
@@ -107,6 +110,7 @@ def main() -> None:
           flush=True)
     for round_ in range(args.runs):
         rows["bare"].append(bare(args.nproc))
+        rows["bare-ddp"].append(bare(args.nproc, "--ddp"))
         rows["quick"].append(preflight("quick", extra))
         rows["full"].append(preflight("full", extra))
         if no_zero:  # the full profile as it is without DeepSpeed installed: DDP, P2P, sweeps, FSDP2
@@ -124,6 +128,9 @@ def main() -> None:
         base = medians["bare"][column]
         print(f"{label}: " + "   ".join(f"{name} / bare = {medians[name][column] / base:.2f}x"
                                        for name in rows if name != "bare"))
+    ddp_cpu = medians["bare-ddp"][1]
+    print(f"CPU : quick / bare-ddp = {medians['quick'][1] / ddp_cpu:.2f}x   full / bare-ddp = "
+          f"{medians['full'][1] / ddp_cpu:.2f}x (preflight's own cost beside a launch that takes a DDP step)")
     print(f"load average at the end: {' '.join(f'{x:.2f}' for x in os.getloadavg())} on {os.cpu_count()} CPUs")
 
 
