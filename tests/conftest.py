@@ -13,6 +13,7 @@ import torch  # noqa: F401 - loaded before pytester snapshots sys.modules: unloa
 
 import tests.fakes.fake_torch  # noqa: F401 - kept across pytester's inline runs (which unload what they import): its
 # cache of this machine's real torch answer (a child that imports torch, seconds) then lasts the session
+from tests.fakes.replayed_torch import ReplayTorchProbe
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Ranks start in their launch's own directory (a stray ./numpy must not shadow the job's): test-only
@@ -60,6 +61,15 @@ def test_data() -> Path:
 
 
 pytest_plugins = ["pytester"]
+
+
+@pytest.fixture
+def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
+    """pytest's ``pytester``, whose in-process runs replay the torch probe's real answer for a command and
+    environment already asked in this session (``tests/fakes/replayed_torch.py``): the same answer, without
+    a child importing torch in every run."""
+    pytester.plugins.append(ReplayTorchProbe())
+    return pytester
 
 SCHEMA_PATH = REPO_ROOT / "preflight" / "report" / "schema.json"
 
