@@ -88,7 +88,8 @@ def validate_report(report: Mapping[str, Any]) -> None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """The test layers as markers: everything under ``tests/gpu/`` is ``gpu`` and ``e2e``. ``subprocess``, the
     old name of ``e2e``, is an alias both ways, so ``-m "not e2e"`` and ``-m "not subprocess"`` are the same
-    fast lane of in-process tests."""
+    fast lane of in-process tests. The end-to-end tests run first (in their order): under ``-n auto`` the
+    long ones then start while the short in-process ones are left to even out the workers' ends."""
     gpu_dir = Path(__file__).resolve().parent / "gpu"
     for item in items:
         if gpu_dir in item.path.parents:
@@ -97,4 +98,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("subprocess") is not None and item.get_closest_marker("e2e") is None:
             item.add_marker(pytest.mark.e2e)
         if item.get_closest_marker("e2e") is not None and item.get_closest_marker("subprocess") is None:
-            item.add_marker(pytest.mark.e2e)
+            item.add_marker(pytest.mark.subprocess)
+    items.sort(key=lambda item: item.get_closest_marker("e2e") is None)  # stable: the long ones start first
