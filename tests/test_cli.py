@@ -7,6 +7,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
@@ -27,15 +28,31 @@ def preflight(*args: str, env: dict[str, str] | None = None, cwd: Path | None = 
                           env=full_env, cwd=cwd, timeout=timeout)
 
 
-def test_a_healthy_cpu_node_is_ready_and_writes_every_report(tmp_path: Path) -> None:
-    out = tmp_path / "reports"
+@dataclass(frozen=True)
+class HealthyRun:
+    """The run of a healthy CPU node, started in a folder of its own without ``--report-dir``."""
+
+    result: subprocess.CompletedProcess[str]
+    cwd: Path
+    elapsed_s: float
+
+
+@pytest.fixture(scope="module")
+def healthy_run(tmp_path_factory: pytest.TempPathFactory) -> HealthyRun:
+    """One CPU rehearsal for the module: its launch serves every test of a healthy node's run."""
+    cwd = tmp_path_factory.mktemp("healthy")
     started = time.monotonic()
     # DDP and FSDP2 only: with DeepSpeed installed (the test extras) the default adds ZeRO-1/2/3 and the
     # build of their ops, which tests/test_strategies_checks.py covers
-    result = preflight("--cpu", "--report-dir", str(out), "--strategy", "ddp,fsdp")
+    result = preflight("--cpu", "--strategy", "ddp,fsdp", cwd=cwd)
+    return HealthyRun(result, cwd, time.monotonic() - started)
+
+
+def test_a_healthy_cpu_node_is_ready_and_writes_every_report(healthy_run: HealthyRun) -> None:
+    result, out = healthy_run.result, healthy_run.cwd / "reports"
     assert result.returncode == 0, result.stdout + result.stderr
     last = result.stdout.strip().splitlines()[-1]
-    assert last.startswith(("READY", "DEGRADED")) and str(out / "preflight.json") in result.stdout
+    assert last.startswith(("READY", "DEGRADED")) and "reports/preflight.json" in result.stdout
     report = json.loads((out / "preflight.json").read_text())
     validate_report(report)
     assert report["verdict"] in ("READY", "DEGRADED")
@@ -43,13 +60,14 @@ def test_a_healthy_cpu_node_is_ready_and_writes_every_report(tmp_path: Path) -> 
     assert ddp["status"] == "PASS" and "identical parameters" in ddp["summary"]
     assert (out / "preflight.html").read_text().startswith("<!DOCTYPE html>")
     assert (out / "preflight-junit.xml").exists()
-    assert time.monotonic() - started < 240  # two launches (DDP, FSDP2) plus the all-reduce sweep on 2 cores
+    assert healthy_run.elapsed_s < 240  # the rehearsal (DDP, the all-reduce sweep, FSDP2) on 2 cores
 
 
-def test_reports_default_to_reports_in_the_current_directory(tmp_path: Path) -> None:
-    result = preflight("--cpu", "-k", "ddp", cwd=tmp_path)
-    assert result.returncode == 0, result.stderr
-    assert (tmp_path / "reports" / "preflight.json").exists()
+def test_reports_default_to_reports_in_the_current_directory(healthy_run: HealthyRun) -> None:
+    """The healthy run was given no --report-dir."""
+    assert healthy_run.result.returncode == 0, healthy_run.result.stderr
+    assert (healthy_run.cwd / "reports" / "preflight.json").exists()
+    assert sorted(p.name for p in healthy_run.cwd.iterdir()) == ["reports"]
 
 
 @pytest.mark.parametrize(
@@ -116,14 +134,14 @@ def test_a_preflight_option_after_the_separator_is_refused_not_ignored(capsys: p
 def test_a_hung_rank_makes_the_node_not_ready_at_the_deadline_and_leaves_nothing_behind(tmp_path: Path) -> None:
     out = tmp_path / "reports"
     started = time.monotonic()
-    result = preflight("--cpu", "--report-dir", str(out), "--launch-timeout", "10", "-k", "ddp", "--", "-p",
+    result = preflight("--cpu", "--report-dir", str(out), "--launch-timeout", "5", "-k", "ddp", "--", "-p",
                        "tests.fakes.faulty_ddp", env={"PREFLIGHT_TEST_FAULT": "hang:1"})
     elapsed = time.monotonic() - started
     assert result.returncode == 1, result.stdout + result.stderr
     assert result.stdout.strip().splitlines()[-1].startswith("NOT READY")
-    # the 10 s budget starts when both ranks are in the phase: start-up and the kill grace come on top,
-    # and a loaded 2-core machine is slow to start
-    assert elapsed < 10 + 60, f"preflight took {elapsed:.0f} s with a 10 s phase budget"
+    # the 5 s budget starts when both ranks are in the phase (the healthy rank is past its first step by
+    # then): start-up and the kill grace come on top, and a loaded 2-core machine is slow to start
+    assert elapsed < 5 + 60, f"preflight took {elapsed:.0f} s with a 5 s phase budget"
     report = json.loads((out / "preflight.json").read_text())
     validate_report(report)
     ddp = next(c for c in report["checks"] if c["name"] == "test_ddp_step")

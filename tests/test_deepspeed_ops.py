@@ -2,7 +2,9 @@
 torch JIT builds with the real compiler, in a child process under a deadline.
 
 The first test on a machine compiles the ops (minutes) into preflight's own cache
-(``~/.cache/preflight/torch_extensions``, kept between runs, so CI pays it once); later ones load them.
+(``~/.cache/preflight/torch_extensions``, kept between runs, so CI pays it once; or wherever
+``PREFLIGHT_TORCH_EXTENSIONS_DIR`` puts it, for every test of the suite alike); later ones load them. The
+folder's lock makes the others wait for that one build rather than build again.
 """
 
 from __future__ import annotations
@@ -12,8 +14,6 @@ import fcntl
 import json
 import os
 import shutil
-import signal
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +26,7 @@ from preflight.probe.command import run_command
 from preflight.probe.deepspeed_ops import (
     EXTENSIONS_DIR_ENV,
     LOCK_NAME,
+    RUN_LOCK_NAME,
     STATUS_NAME,
     BackgroundOpBuild,
     OpBuild,
@@ -41,12 +42,14 @@ from preflight.probe.toolkit import probe_toolkit, probe_torch
 pytestmark = pytest.mark.e2e
 BUILD_TIMEOUT_S = 1500.0  # a cold build of both CPU ops takes 2-4 min on a quiet core, far more on a loaded one
 MISSING_HEADER = "/nonexistent/preflight-missing-header.h"
+BUSY_WAIT_S = 1.0  # how long the child waits for a folder this test holds before it says busy
 
 
 def _cached_env() -> dict[str, str]:
-    env = dict(os.environ)
-    env.pop(EXTENSIONS_DIR_ENV, None)  # the default cache: what CI keeps between runs
-    return env
+    """The suite's environment as it is: the op cache is the one every other test builds into and loads from
+    (the default one CI keeps between runs, or where ``PREFLIGHT_TORCH_EXTENSIONS_DIR`` moves it), so a cold
+    machine builds the ops once."""
+    return dict(os.environ)
 
 
 def test_the_extensions_root_is_preflights_own(tmp_path: Path) -> None:
@@ -92,35 +95,116 @@ def _ninja_that_must_not_run(bin_dir: Path) -> Path:
     return mark
 
 
-def test_an_environment_with_another_ninja_shares_the_build_without_running_ninja(tmp_path: Path) -> None:
+def _shared_lock_free(fd: int) -> bool:
+    """Whether a shared flock on ``fd`` is free now (what a rank's deepspeed_ops phase waits for)."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+    except BlockingIOError:
+        return False
+    fcntl.flock(fd, fcntl.LOCK_UN)
+    return True
+
+
+@dataclasses.dataclass(frozen=True)
+class NewEnvironmentBuild:
+    """A build beside a launch in an environment the cache has not seen, and the run lock around it."""
+
+    result: OpBuild
+    env: dict[str, str]
+    ninja_mark: Path
+    lock_free_while_building: bool
+    lock_free_after: bool
+
+
+@pytest.fixture(scope="module")
+def new_environment_build(tmp_path_factory: pytest.TempPathFactory) -> NewEnvironmentBuild:
+    """One build child, for the tests that need one in an environment this cache has not seen: another
+    ``ninja`` (which must not run) first on its PATH, started as a rehearsal starts it
+    (:class:`BackgroundOpBuild`, this run's lock held until it ends), after the ops were built (by an
+    earlier test or run; here when the cache is cold)."""
     env = _cached_env()
-    assert build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env).ok
-    mark = _ninja_that_must_not_run(tmp_path / "bin")
-    other = {**env, "PATH": f"{tmp_path / 'bin'}{os.pathsep}{env.get('PATH', '')}"}
-    shared = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=other)  # a new environment: the child finds the folder
+    warm = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env)
+    assert warm.ok, warm.tail()
+    tmp = tmp_path_factory.mktemp("new-environment")
+    mark = _ninja_that_must_not_run(tmp / "bin")
+    other = {**env, "PATH": f"{tmp / 'bin'}{os.pathsep}{env.get('PATH', '')}"}
+    run_lock = tmp / "logs" / RUN_LOCK_NAME
+    build = BackgroundOpBuild(BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=other, run_lock=run_lock)
+    build.start()
+    fd = os.open(run_lock, os.O_RDWR)
+    try:
+        while_building = _shared_lock_free(fd)
+        result = build.result()
+        after = _shared_lock_free(fd)
+    finally:
+        os.close(fd)
+    return NewEnvironmentBuild(result, other, mark, while_building, after)
+
+
+def test_an_environment_with_another_ninja_shares_the_build_without_running_ninja(
+        new_environment_build: NewEnvironmentBuild) -> None:
+    shared = new_environment_build.result  # a new environment: the child finds the folder
     assert shared.ok and [op.source for op in shared.ops] == ["cached", "cached"], shared.tail()
+    mark = new_environment_build.ninja_mark
     assert not mark.exists(), mark.read_text()
-    assert [op.source for op in build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=other).ops] == ["verified", "verified"]
+    again = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=new_environment_build.env)
+    assert [op.source for op in again.ops] == ["verified", "verified"]
 
 
-def test_a_cut_library_is_built_again_instead_of_killing_the_loader(tmp_path: Path) -> None:
-    """A cached library cut short (a full disk, a killed copy): loading it killed the child with SIGBUS while
-    ninja said "no work to do", on every later run (issue 25). Now it does not verify and is linked again."""
+def _stale_baton(build_directory: Path) -> Path:
+    """Leave the lock torch's FileBaton leaves when its holder is killed: the baton taken the way
+    ``_jit_compile`` takes it (torch 2.4-2.13), its descriptor closed as the holder's death closes it, and
+    never released (``release`` is what removes the file). No child: the file is all a killed holder leaves."""
+    from torch.utils.file_baton import FileBaton  # torch 2.4-2.14 all ship it
+
+    build_directory.mkdir(parents=True, exist_ok=True)
+    baton = FileBaton(str(build_directory / "lock"))
+    assert baton.try_acquire()
+    held: int | None = baton.fd
+    assert held is not None
+    os.close(held)
+    return build_directory / "lock"
+
+
+@dataclasses.dataclass(frozen=True)
+class RepairedCopy:
+    """The build over a damaged copy of the cache's folder, its environment, and the stale lock planted there."""
+
+    build: OpBuild
+    env: dict[str, str]
+    stale_lock: Path
+
+
+@pytest.fixture(scope="module")
+def repaired_copy(tmp_path_factory: pytest.TempPathFactory) -> RepairedCopy:
+    """One build child over a copy of the cache's folder (the real one stays whole for every other test) with
+    both kinds of damage the child repairs: a library cut short (deepspeed_shm_comm's) and the lock a killed
+    build left (in fused_adam's build directory)."""
     warm = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=_cached_env())
     assert warm.ok and warm.directory, warm.tail()
-    root = tmp_path / "root"
+    root = tmp_path_factory.mktemp("damaged") / "root"
     folder = root / Path(warm.directory).name
     shutil.copytree(warm.directory, folder, symlinks=True)
     library = folder / "deepspeed_shm_comm" / "deepspeed_shm_comm.so"
     os.truncate(library, library.stat().st_size // 2)
+    lock = _stale_baton(folder / "fused_adam")
+    assert lock.exists()
     env = {**_cached_env(), EXTENSIONS_DIR_ENV: str(root)}
-    repaired = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env)
+    build = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env)
+    return RepairedCopy(build, env, lock)
+
+
+def test_a_cut_library_is_built_again_instead_of_killing_the_loader(repaired_copy: RepairedCopy) -> None:
+    """A cached library cut short (a full disk, a killed copy): loading it killed the child with SIGBUS while
+    ninja said "no work to do", on every later run (issue 25). Now it does not verify and is linked again."""
+    repaired = repaired_copy.build
     assert repaired.ok and repaired.returncode == 0, repaired.tail()
     assert [op.source for op in repaired.ops] == ["built", "cached"], repaired.ops
     assert repaired.repaired and repaired.repaired[0].startswith("deepspeed_shm_comm: "), repaired.repaired
     verdict = judge_op_build(repaired)
     assert verdict.status is Status.PASS and "built again 1 cached library" in verdict.summary, verdict.summary
-    assert [op.source for op in build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env).ops] == ["verified", "verified"]
+    again = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=repaired_copy.env)
+    assert [op.source for op in again.ops] == ["verified", "verified"]
 
 
 def test_a_loader_killed_by_a_signal_names_the_folder_to_remove() -> None:
@@ -133,30 +217,9 @@ def test_a_loader_killed_by_a_signal_names_the_folder_to_remove() -> None:
                                    "the ops afresh.")
 
 
-def _stale_baton(build_directory: Path) -> Path:
-    """Leave the lock torch's FileBaton leaves when its holder is killed: a child takes the baton the
-    way ``_jit_compile`` does (torch 2.4-2.13), then dies by SIGKILL."""
-    build_directory.mkdir(parents=True, exist_ok=True)
-    code = ("import os, sys, time; from torch.utils.file_baton import FileBaton; "
-            "b = FileBaton(os.path.join(sys.argv[1], 'lock')); assert b.try_acquire(); print('held', flush=True); "
-            "time.sleep(600)")
-    holder = subprocess.Popen([sys.executable, "-c", code, str(build_directory)], stdout=subprocess.PIPE, text=True)
-    assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
-    holder.send_signal(signal.SIGKILL)
-    holder.wait(timeout=30)
-    return build_directory / "lock"
-
-
-def test_a_lock_left_by_a_killed_build_is_removed_instead_of_waited_on(tmp_path: Path) -> None:
-    import torch.utils.file_baton  # noqa: F401 - the test needs a torch with FileBaton (2.4-2.14 all ship it)
-
-    env = _cached_env()
-    warm = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env)
-    assert warm.ok and warm.directory, warm.tail()
-    lock = _stale_baton(Path(warm.directory) / "fused_adam")
-    assert lock.exists()
+def test_a_lock_left_by_a_killed_build_is_removed_instead_of_waited_on(repaired_copy: RepairedCopy) -> None:
     # torch 2.4.1-2.13 (FileBaton) would wait for this file for ever; preflight removes it first
-    after = build_ops(timeout_s=BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env)
+    after, lock = repaired_copy.build, repaired_copy.stale_lock
     assert after.ok and str(lock) in after.stale_locks and not lock.exists(), after.tail()
     assert "removed 1 stale build lock" in judge_op_build(after).summary
 
@@ -176,23 +239,13 @@ def test_remove_stale_locks_only_when_no_preflight_process_holds_the_directory(t
     assert remove_stale_locks(folder) == [str(folder / "fused_adam" / "lock")]
 
 
-def test_a_background_build_holds_the_lock_the_ranks_wait_on(tmp_path: Path) -> None:
+def test_a_background_build_holds_the_lock_the_ranks_wait_on(new_environment_build: NewEnvironmentBuild) -> None:
     """Beside a rehearsal launch: the run's lock is taken before start() returns, released when the build
     ends (an environment this cache has not seen: its build child runs). Another preflight's build in
     another folder holds no lock of this run's (issue 27: one root lock made runs wait on each other)."""
-    env = {**_cached_env(), "PATH": f"{tmp_path}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run_lock = tmp_path / "logs" / "op-build.lock"
-    build = BackgroundOpBuild(BUILD_TIMEOUT_S, runner=run_command, python=sys.executable, env=env, run_lock=run_lock)
-    build.start()
-    fd = os.open(run_lock, os.O_RDWR)
-    try:
-        with pytest.raises(BlockingIOError):
-            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # what a rank's deepspeed_ops phase waits on
-        result = build.result()
-        assert result.ok, result.tail()
-        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # free once the build has ended
-    finally:
-        os.close(fd)
+    assert not new_environment_build.lock_free_while_building  # what a rank's deepspeed_ops phase waits on
+    assert new_environment_build.result.ok, new_environment_build.result.tail()
+    assert new_environment_build.lock_free_after  # free once the build has ended
 
 
 def test_a_directory_held_by_another_preflight_is_reported_busy(tmp_path: Path) -> None:
@@ -201,7 +254,8 @@ def test_a_directory_held_by_another_preflight_is_reported_busy(tmp_path: Path) 
     fd = os.open(tmp_path / "build" / LOCK_NAME, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
-        build = build_ops(timeout_s=90, root=tmp_path, directory=tmp_path / "build", runner=run_command, python=sys.executable, env=_cached_env())
+        build = build_ops(timeout_s=90, root=tmp_path, directory=tmp_path / "build", runner=run_command,
+                          python=sys.executable, env=_cached_env(), lock_wait_s=BUSY_WAIT_S)
     finally:
         os.close(fd)
     assert build.busy and not build.ok and not build.timed_out, build.tail()

@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import psutil
 import pytest
 
 from preflight.judge.ddp import judge_launch_failure
+from preflight.launch.outcome import LaunchResult, PhaseResult
 from preflight.launch.phase_results import OtherResult
 from preflight.launch.plan import LaunchPlan, Phase
 from preflight.launch.rehearsal import MIN_LAUNCH_S, Budget, Rehearsal
@@ -24,10 +27,12 @@ pytestmark = pytest.mark.e2e
 COLLECTIVE = "tests.workers.phases:collective"
 
 
-@pytest.fixture(autouse=True)
-def _importable_tests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ranks must import tests.workers."""
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+@pytest.fixture(autouse=True, scope="module")
+def _importable_tests() -> Iterator[None]:
+    """Ranks must import tests.workers (set for the module: its shared rehearsal starts first)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("PYTHONPATH", os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+        yield
 
 
 def _phases(fault: tuple[str, str] | None = None, at: str = "two", budget_s: float = 60.0) -> list[Phase]:
@@ -43,6 +48,31 @@ def _rank_pids(run_dir: Path) -> list[int]:
     return [json.loads(p.read_text())["pid"] for p in run_dir.glob("rank*.pid")]
 
 
+@dataclass(frozen=True, slots=True)
+class CrashedRehearsal:
+    """A rehearsal whose phase two crashed on rank 1: the main launch as the launcher ended it, and the
+    rehearsal's answers for every phase (phase three from the relaunch)."""
+
+    first: LaunchResult
+    answers: dict[str, PhaseResult]
+
+
+@pytest.fixture(scope="module")
+def crashed_rehearsal(tmp_path_factory: pytest.TempPathFactory) -> CrashedRehearsal:
+    """One rehearsal (two launches) for two tests: the crash as the first launch reports it, and the
+    relaunch of the phase it left unrun."""
+    plan = LaunchPlan("rehearsal", tuple(_phases(("crash", "1"))), 2)
+    rehearsal = Rehearsal(plan, tmp_path_factory.mktemp("crashed") / "logs", Budget(lambda: 600.0, 600.0))
+    rehearsal.start()
+    rehearsal.open_gate()
+    try:
+        answers = {name: rehearsal.phase(name) for name in ("one", "two", "three")}
+    finally:
+        rehearsal.close()
+    first = rehearsal._runs[0].result[0]  # the main launch's own result: its phase three before the relaunch
+    return CrashedRehearsal(first, answers)
+
+
 def test_every_phase_runs_in_one_process_group(tmp_path: Path) -> None:
     result = launch_phases(_phases(), nproc=2, run_dir=tmp_path)
     assert result.ok, [p.describe() for p in result.phases]
@@ -53,9 +83,8 @@ def test_every_phase_runs_in_one_process_group(tmp_path: Path) -> None:
     assert len(_rank_pids(tmp_path)) == 2 and len(pids) == 2
 
 
-def test_a_crash_names_its_phase_and_rank_and_the_later_phases_did_not_run(tmp_path: Path) -> None:
-    result = launch_phases(_phases(("crash", "1")), nproc=2, run_dir=tmp_path)
-    one, two, three = result.phases
+def test_a_crash_names_its_phase_and_rank_and_the_later_phases_did_not_run(crashed_rehearsal: CrashedRehearsal) -> None:
+    one, two, three = crashed_rehearsal.first.phases
     assert one.ok and not two.ok and three.state == "not_run"
     assert two.root_cause() == 1 and "injected crash on rank 1" in two.describe()
     assert "phase two broke the launch first" in three.reason
@@ -74,34 +103,28 @@ def test_a_hang_past_the_phase_budget_is_named_and_leaves_no_process(tmp_path: P
     assert not _alive(_rank_pids(tmp_path))
 
 
-def test_the_rehearsal_relaunches_the_phases_after_a_broken_one(tmp_path: Path) -> None:
-    plan = LaunchPlan("rehearsal", tuple(_phases(("crash", "0"))), 2)
-    rehearsal = Rehearsal(plan, tmp_path / "logs", Budget(lambda: 600.0, 600.0))
-    rehearsal.start()
-    rehearsal.open_gate()
-    try:
-        assert rehearsal.phase("one").ok
-        two = rehearsal.phase("two")
-        assert two.state == "broken" and two.root_cause() == 0
-        three = rehearsal.phase("three")
-        assert three.ok, three.describe()
-        assert three.launch_name == "rehearsal" and three.run_dir.name == "rehearsal-relaunch"
-        assert "relaunched after phase two broke" in (three.run_dir / "relaunch.txt").read_text()
-    finally:
-        rehearsal.close()
+def test_the_rehearsal_relaunches_the_phases_after_a_broken_one(crashed_rehearsal: CrashedRehearsal) -> None:
+    answers = crashed_rehearsal.answers
+    assert answers["one"].ok
+    two = answers["two"]
+    assert two.state == "broken" and two.root_cause() == 1
+    three = answers["three"]
+    assert three.ok, three.describe()
+    assert three.launch_name == "rehearsal" and three.run_dir.name == "rehearsal-relaunch"
+    assert "relaunched after phase two broke" in (three.run_dir / "relaunch.txt").read_text()
 
 
 def test_the_runs_deadline_cuts_a_phase_and_it_is_not_called_a_hang(tmp_path: Path) -> None:
-    left = {"s": 30.0}
+    left = {"s": 24.0}  # the launch gets 19 s (5 s are kept for the reports): start-up, phase one, then the cut
     started = time.monotonic()
-    budget = Budget(lambda: left["s"] - (time.monotonic() - started), 22.0)
+    budget = Budget(lambda: left["s"] - (time.monotonic() - started), 24.0)
     plan = LaunchPlan("rehearsal", tuple(_phases(("hang", "1"), budget_s=300)), 2)
     rehearsal = Rehearsal(plan, tmp_path / "logs", budget)
     rehearsal.start()
     rehearsal.open_gate()
     try:
         two = rehearsal.phase("two")
-        assert two.cut and not two.timed_out and "the run's deadline (--timeout 22 s) left" in two.describe()
+        assert two.cut and not two.timed_out and "the run's deadline (--timeout 24 s) left" in two.describe()
         verdict = judge_launch_failure(two, "two")
         assert verdict is not None and verdict.status is Status.ERROR and verdict.code == "RUN_DEADLINE"
         three = rehearsal.phase("three")

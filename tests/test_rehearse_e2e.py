@@ -3,6 +3,7 @@ tests/data/rehearse/, one verdict per failure kind, the reports, and nothing lef
 
 from __future__ import annotations
 
+import hashlib
 import importlib.util
 import json
 import os
@@ -11,6 +12,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,8 @@ from preflight.judge.rehearse import judge_size, scaling_rows
 from preflight.outcome import Status, Verdict
 from preflight.rehearse import beat as beats
 from preflight.rehearse.facts import SizeRun, size_figures
+from preflight.rehearse.plan import RehearsalPlan, busbw_from_report
+from preflight.rehearse.session import RehearsalSession, launch_size
 from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, TEST_DATA, validate_report
 
@@ -32,12 +36,10 @@ REPORTS = Path("reports") / "rehearse"  # rehearse's own directory: a node repor
 LEFTOVER_WAIT_S = 10.0
 
 
-def rehearse(cwd: Path, *args: str, env: dict[str, str] | None = None,
-             timeout: float = 600) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
+def rehearse(cwd: Path, *args: str) -> tuple[subprocess.CompletedProcess[str], dict[str, Any] | None]:
     """``preflight rehearse ARGS`` in ``cwd``; its result and the JSON report (None when absent)."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO_ROOT), **(env or {})}
     result = subprocess.run([sys.executable, "-m", "preflight", "rehearse", *args], capture_output=True, text=True,
-                            cwd=cwd, env=full_env, timeout=timeout)
+                            cwd=cwd, env={**os.environ, "PYTHONPATH": str(REPO_ROOT)}, timeout=600)
     path = cwd / REPORTS / "preflight.json"
     report = json.loads(path.read_text()) if path.exists() else None
     if report is not None:
@@ -45,8 +47,9 @@ def rehearse(cwd: Path, *args: str, env: dict[str, str] | None = None,
     return result, report
 
 
-def size(report: dict[str, Any], ranks: int) -> dict[str, Any]:
-    return next(s for s in report["rehearsal"]["sizes"] if s["ranks"] == ranks)
+def size(section: dict[str, Any], ranks: int) -> dict[str, Any]:
+    """One size's entry of a rehearsal section (the report's ``rehearsal``)."""
+    return next(s for s in section["sizes"] if s["ranks"] == ranks)
 
 
 def check(report: dict[str, Any], name: str) -> dict[str, Any]:
@@ -64,7 +67,7 @@ def _ours(proc: psutil.Process, cwd: Path, pids: set[int]) -> bool:
 
 def assert_nothing_left(cwd: Path) -> None:
     """No torchrun, rank or child of a rank that ran in ``cwd`` is still alive."""
-    pids = {int(json.loads(p.read_text())["pid"]) for p in cwd.glob(f"{REPORTS}/{LOGS}/*/rank*.pid")}
+    pids = {int(json.loads(p.read_text())["pid"]) for p in cwd.rglob("rank*.pid")}
     until = time.monotonic() + LEFTOVER_WAIT_S
     while True:
         alive = [p for p in psutil.process_iter() if p.pid != os.getpid() and _ours(p, cwd, pids)]
@@ -75,6 +78,43 @@ def assert_nothing_left(cwd: Path) -> None:
     assert not alive, [" ".join(p.cmdline()) for p in alive]
 
 
+def plan_for(cwd: Path, script: str, *args: str, sizes: tuple[int, ...] = (1,), **fields: Any) -> RehearsalPlan:
+    """What ``preflight rehearse --warmup 1 --steps 4 --measure-for 1 [fields] -- SCRIPT ARGS`` plans in ``cwd``."""
+    values: dict[str, Any] = {"warmup": 1, "steps": 4, "timeout_s": 300.0, "measure_for_s": 1.0, **fields}
+    return RehearsalPlan(script=Path(script), script_text=Path(script).name, args=args, cwd=cwd, sizes=sizes,
+                         cpu_cores=os.cpu_count() or 1, **values)
+
+
+def run_size(plan: RehearsalPlan, nproc: int) -> tuple[SizeRun, Verdict]:
+    """One size of ``plan`` launched from this process (real torchrun, bootstrap and ranks; no pytest session
+    and no reports around it: those are the CLI tests') and judged as its check judges it."""
+    previous = os.getcwd()
+    os.chdir(plan.cwd)  # the job runs where preflight runs
+    try:
+        run = launch_size(plan, nproc, plan.cwd / "run")
+    finally:
+        os.chdir(previous)
+    return run, judge_size(run, size_figures(run))
+
+
+def launched(tmp_path: Path, script: str, *args: str, nproc: int = 1, **fields: Any) -> tuple[SizeRun, Verdict]:
+    """One size of a rehearsal of ``script ARGS`` on ``nproc`` ranks, launched from this process and judged."""
+    return run_size(plan_for(tmp_path, script, *args, sizes=(nproc,), **fields), nproc)
+
+
+def rehearsed(tmp_path: Path, script: str, *args: str, sizes: tuple[int, ...], **fields: Any) -> dict[str, Any]:
+    """Every size, then the scaling and the communication model, as ``preflight rehearse`` runs them, from this
+    process (no pytest session, no reports): the rehearsal section its report would carry."""
+    session = RehearsalSession(plan_for(tmp_path, script, *args, sizes=sizes, **fields), tmp_path / REPORTS)
+    previous = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        session.judge_scaling()
+    finally:
+        os.chdir(previous)
+    return session.section()
+
+
 def fake_report(tmp_path: Path, busbw: float = 2.5) -> str:
     """A preflight report whose bandwidth check measured ``busbw`` (what --from-report reads)."""
     path = tmp_path / "node.json"
@@ -83,35 +123,66 @@ def fake_report(tmp_path: Path, busbw: float = 2.5) -> str:
     return str(path)
 
 
-def test_a_seed_style_ddp_script_on_one_and_two_gloo_ranks(tmp_path: Path) -> None:
-    result, report = rehearse(tmp_path, "--warmup", "2", "--steps", "6", "--price-per-hour", "98", "--measure-for",
-                              "1", "--", SEED, "--checkpoint", "ckpt.pt")
+@dataclass(frozen=True, slots=True)
+class SeedRun:
+    """One ``preflight rehearse`` of the seed-style script: what it printed, its report, and the HTML and
+    JUnit reports as it left them (the next run replaces them)."""
+
+    result: subprocess.CompletedProcess[str]
+    report: dict[str, Any] | None
+    html: str
+    junit: str
+
+
+NODE_REPORT = '{"verdict": "READY"}'
+
+
+@pytest.fixture(scope="module")
+def seed_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[SeedRun]]:
+    """Two rehearsals in a row of the seed-style script on 1 and 2 gloo ranks (the all-reduce sweep, a price,
+    the script's own arguments), in one directory that already holds a node report in ./reports. The
+    seed test reads the first; the repeat test compares the two."""
+    cwd = tmp_path_factory.mktemp("seed")
+    node_report = cwd / "reports" / "preflight.json"
+    node_report.parent.mkdir()
+    node_report.write_text(NODE_REPORT)
+    runs = []
+    for _ in range(2):
+        result, report = rehearse(cwd, "--warmup", "2", "--steps", "6", "--price-per-hour", "98", "--measure-for",
+                                  "1", "--", SEED, "--checkpoint", "ckpt.pt")
+        html, junit = (cwd / REPORTS / "preflight.html"), (cwd / REPORTS / "preflight-junit.xml")
+        runs.append(SeedRun(result, report, html.read_text() if html.exists() else "",
+                            junit.read_text() if junit.exists() else ""))
+    return cwd, runs
+
+
+def test_a_seed_style_ddp_script_on_one_and_two_gloo_ranks(seed_runs: tuple[Path, list[SeedRun]]) -> None:
+    cwd, (first, _) = seed_runs
+    result, report = first.result, first.report
     assert report is not None, result.stdout + result.stderr
     assert result.returncode == 0, result.stdout + result.stderr
-    assert report["verdict"] in ("READY", "DEGRADED")  # DEGRADED when two gloo ranks share two busy cores
+    assert report["verdict"] in ("READY", "DEGRADED")  # DEGRADED where the scaling is measurable and low
     section = report["rehearsal"]
     assert [s["ranks"] for s in section["sizes"]] == [1, 2]
-    assert size(report, 1)["status"] == size(report, 2)["status"] == "PASS"
-    one, two = size(report, 1)["steps_reached"], size(report, 2)["steps_reached"]
+    assert size(section, 1)["status"] == size(section, 2)["status"] == "PASS"
+    one, two = size(section, 1)["steps_reached"], size(section, 2)["steps_reached"]
     assert one[0] >= 8 and two[0] == two[1] >= 8  # at least the plan's; every rank stops at the same step
-    assert size(report, 2)["measured_steps"] == two[0] - 2 and size(report, 2)["memory_kind"] == "RSS"
-    assert size(report, 2)["steps_per_s_spread"] is not None
-    assert size(report, 1)["scaling"] == 1.0 and size(report, 2)["scaling"] > 0
+    assert size(section, 2)["measured_steps"] == two[0] - 2 and size(section, 2)["memory_kind"] == "RSS"
+    assert size(section, 2)["steps_per_s_spread"] is not None
+    assert size(section, 1)["scaling"] == 1.0 and size(section, 2)["scaling"] > 0
     comm = section["communication"]
     assert comm["strategy"] == "ddp" and comm["params"] == 32 * 64 + 64 + 64 + 1
     assert "all-reduce sweep on 2 gloo ranks" in comm["busbw_source"]
-    assert size(report, 2)["comm_per_step_s"] > 0 and size(report, 2)["cost_per_1k_steps_usd"] > 0
+    assert size(section, 2)["comm_per_step_s"] > 0 and size(section, 2)["cost_per_1k_steps_usd"] > 0
     out = result.stdout
     assert "Rehearsal of " in out and "ranks  first step" in out and "* batches/s = per-rank batch" in out
     assert out.strip().splitlines()[-1].startswith(report["verdict"])
-    html = (tmp_path / REPORTS / "preflight.html").read_text()
-    assert "<svg" in html and "<script" not in html and "Throughput by rank count" in html
-    junit = (tmp_path / REPORTS / "preflight-junit.xml").read_text()
-    assert "test_rehearsal_size" in junit and "test_rehearsal_scaling" in junit
-    assert (tmp_path / "ckpt.pt").exists()  # the script ran in the working directory, with its arguments
-    logs = tmp_path / REPORTS / LOGS
+    assert "<svg" in first.html and "<script" not in first.html and "Throughput by rank count" in first.html
+    assert "test_rehearsal_size" in first.junit and "test_rehearsal_scaling" in first.junit
+    assert (cwd / "ckpt.pt").exists()  # the script ran in the working directory, with its arguments
+    logs = cwd / REPORTS / LOGS
     assert (logs / "rehearse-2ranks" / "rank0.log").exists() and (logs / "rehearse-2ranks" / "rank1.log").exists()
-    assert_nothing_left(tmp_path)
+    assert_nothing_left(cwd)
 
 
 def test_a_crash_at_step_3_on_rank_1_names_rank_1_and_its_error(tmp_path: Path) -> None:
@@ -129,80 +200,85 @@ def test_a_crash_at_step_3_on_rank_1_names_rank_1_and_its_error(tmp_path: Path) 
 
 
 def test_a_hang_at_step_2_on_rank_0_names_rank_0_and_where_it_stopped(tmp_path: Path) -> None:
-    result, report = rehearse(tmp_path, "--nproc", "2", *SHORT, "--stall-timeout", "8", "--timeout", "150", "--",
-                              SEED, "--hang-at-step", "2", "--fault-rank", "0")
-    assert report is not None and result.returncode == 1, result.stdout + result.stderr
-    hang = check(report, "test_rehearsal_size[ranks2]")
-    assert hang["code"] == "REHEARSAL_HUNG", hang["summary"]
-    assert hang["summary"].startswith("2 ranks hung after step 2: rank 0 stopped in ddp_seed.py:")
-    assert "time.sleep(3600)" in hang["summary"]
+    run, hang = launched(tmp_path, SEED, "--hang-at-step", "2", "--fault-rank", "0", nproc=2, stall_s=6.0,
+                         timeout_s=150.0)
+    assert hang.code == "REHEARSAL_HUNG", hang.summary
+    assert hang.summary.startswith("2 ranks hung after step 2: rank 0 stopped in ddp_seed.py:")
+    assert "time.sleep(3600)" in hang.summary
     # rank 1 is either still waiting, or already raised from gloo when the watchdog ended rank 0
-    assert "rank 1 waits in backward" in hang["summary"] or "rank 1 lost its peer" in hang["summary"], hang["summary"]
-    assert hang["details"]["ranks_behind"] == [0]
+    assert "rank 1 waits in backward" in hang.summary or "rank 1 lost its peer" in hang.summary, hang.summary
+    assert hang.details["ranks_behind"] == [0]
+    assert run.elapsed_s < 150 - 10  # the stall limit ended it, not the deadline
     assert_nothing_left(tmp_path)
 
 
 def test_a_script_that_never_steps_is_named_at_the_deadline(tmp_path: Path) -> None:
-    result, report = rehearse(tmp_path, "--nproc", "1", *SHORT, "--timeout", "40", "--",
-                              SEED, "--no-step", "--epochs", "100000000")
-    assert report is not None and result.returncode == 1, result.stdout + result.stderr
-    verdict = check(report, "test_rehearsal_size[ranks1]")
-    assert verdict["code"] == "REHEARSAL_NO_STEP", verdict["summary"]
-    seconds = re.search(r"no optimizer step in (\d+) s", verdict["summary"])  # what it ran: the rank's own
-    assert seconds and 30 <= int(seconds.group(1)) <= 40, verdict["summary"]  # deadline comes 2 s before ours
-    assert "ddp_seed.py" in verdict["summary"]  # where it was at the deadline
+    # The rank computes all the while (a loop without optimizer.step()): a short deadline keeps it cheap.
+    _, verdict = launched(tmp_path, SEED, "--no-step", "--epochs", "100000000", timeout_s=15.0)
+    assert verdict.code == "REHEARSAL_NO_STEP", verdict.summary
+    seconds = re.search(r"no optimizer step in (\d+) s", verdict.summary)  # what it ran: the rank's own
+    assert seconds and 10 <= int(seconds.group(1)) <= 15, verdict.summary  # deadline comes 2 s before ours
+    assert "ddp_seed.py" in verdict.summary  # where it was at the deadline
     assert_nothing_left(tmp_path)
 
 
 def test_a_script_that_ends_early_is_measured_on_what_it_ran(tmp_path: Path) -> None:
-    result, report = rehearse(tmp_path, "--nproc", "1", "--warmup", "1", "--steps", "8", "--no-sweep", "--",
-                              SEED, "--max-steps", "5")
-    assert report is not None and result.returncode == 0, result.stdout + result.stderr
-    assert report["verdict"] == "DEGRADED"
-    early = check(report, "test_rehearsal_size[ranks1]")
-    assert early["code"] == "REHEARSAL_ENDED_EARLY" and "ended after 5 of 9 steps" in early["summary"]
-    assert size(report, 1)["steps_reached"] == [5] and size(report, 1)["steps_per_s"] > 0
+    run, early = launched(tmp_path, SEED, "--max-steps", "5", steps=8)
+    assert early.status is Status.WARN  # the run is DEGRADED, not NOT READY
+    assert early.code == "REHEARSAL_ENDED_EARLY" and "ended after 5 of 9 steps" in early.summary
+    fig = size_figures(run)
+    assert fig is not None and fig.steps_reached == (5,) and fig.steps_per_s and fig.steps_per_s > 0
     assert_nothing_left(tmp_path)
 
 
 def test_an_allocation_failure_is_called_an_oom(tmp_path: Path) -> None:
-    result, report = rehearse(tmp_path, "--nproc", "1", *SHORT, "--", SEED, "--oom-at-step", "2")
-    assert report is not None and result.returncode == 1, result.stdout + result.stderr
-    oom = check(report, "test_rehearsal_size[ranks1]")
-    assert oom["code"] == "REHEARSAL_OOM" and "ran out of memory" in oom["summary"]
-    assert "can't allocate memory" in oom["summary"] and "after step 2" in oom["summary"]
+    _, oom = launched(tmp_path, SEED, "--oom-at-step", "2")
+    assert oom.status is Status.FAIL and oom.code == "REHEARSAL_OOM" and "ran out of memory" in oom.summary
+    assert "can't allocate memory" in oom.summary and "after step 2" in oom.summary
     assert_nothing_left(tmp_path)
 
 
-def test_an_fsdp2_script_on_one_and_two_ranks(tmp_path: Path) -> None:
-    result, report = rehearse(tmp_path, *SHORT, "--from-report", fake_report(tmp_path), "--",
-                              str(SCRIPTS / "fsdp2_train.py"))
-    assert report is not None and result.returncode == 0, result.stdout + result.stderr
-    assert size(report, 1)["status"] == size(report, 2)["status"] == "PASS"
-    two = size(report, 2)["steps_reached"]
+def test_an_fsdp2_script_on_two_ranks(tmp_path: Path) -> None:
+    """Two ranks, each holding a shard of every parameter (DTensors): the steps are counted on both, and the
+    communication model counts the whole model from rank 0's DTensors (their sizes are global)."""
+    busbw, source = busbw_from_report(Path(fake_report(tmp_path)))  # --from-report
+    section = rehearsed(tmp_path, str(SCRIPTS / "fsdp2_train.py"), sizes=(2,), sweep=False, busbw_gbps=busbw,
+                        busbw_source=source)
+    assert size(section, 2)["status"] == "PASS", size(section, 2)["summary"]
+    two = size(section, 2)["steps_reached"]
     assert two[0] == two[1] >= 5  # the window grows past the plan's 5 until its spread is known, on every rank
-    comm = report["rehearsal"]["communication"]
+    comm = section["communication"]
     assert comm["strategy"] == "fsdp"  # DTensor parameters seen by the optimizer
     assert comm["params"] == 2 * (32 * 32 + 32) + 32 + 1 and comm["busbw_gbps"] == 2.5
     assert_nothing_left(tmp_path)
 
 
+def extensions_cache() -> str:
+    """Where the ranks' DeepSpeed JIT-builds its CPU comm op: ``$TORCH_EXTENSIONS_DIR``, else a cache of the tests'
+    own per environment (a build made by another virtual environment's torch is rebuilt, minutes of CPU)."""
+    prefix = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
+    default = Path.home() / ".cache" / "preflight-tests" / "torch_extensions" / prefix
+    return os.environ.get("TORCH_EXTENSIONS_DIR") or str(default)
+
+
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")
-def test_a_zero2_script_with_deepspeed_counts_one_step_per_iteration(tmp_path: Path) -> None:
+def test_a_zero2_script_with_deepspeed_counts_one_step_per_iteration(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two ranks: ZeRO-2 partitions the optimizer's state between them, and calls the inner optimizer once
+    per parameter group in every iteration."""
     # On CPU, deepspeed.init_distributed JIT-builds its shared-memory comm op (minutes the first
     # time); a cache of our own keeps later runs fast.
-    default = Path.home() / ".cache" / "preflight-tests" / "torch_extensions"
-    cache = os.environ.get("TORCH_EXTENSIONS_DIR") or str(default)
-    result, report = rehearse(tmp_path, *SHORT, "--timeout", "900", "--from-report", fake_report(tmp_path), "--",
-                              str(SCRIPTS / "zero2_train.py"), "--iterations", "7", env={"TORCH_EXTENSIONS_DIR": cache},
-                              timeout=2100)
-    assert report is not None and result.returncode == 0, result.stdout + result.stderr
-    assert size(report, 1)["status"] == size(report, 2)["status"] == "PASS"
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", extensions_cache())
+    busbw, source = busbw_from_report(Path(fake_report(tmp_path)))  # --from-report
+    section = rehearsed(tmp_path, str(SCRIPTS / "zero2_train.py"), "--iterations", "7", sizes=(2,), sweep=False,
+                        busbw_gbps=busbw, busbw_source=source, timeout_s=900.0)
+    assert size(section, 2)["status"] == "PASS", size(section, 2)["summary"]
     # the script ends itself after 7 iterations, past the plan's 5: one step per iteration reads 7
-    assert size(report, 1)["steps_reached"] == [7] and size(report, 2)["steps_reached"] == [7, 7]
-    comm = report["rehearsal"]["communication"]
+    assert size(section, 2)["steps_reached"] == [7, 7]
+    comm = section["communication"]
     assert comm["strategy"] == "zero2"
     assert 2177 <= comm["params"] <= 2177 + 8  # ZeRO's flat partitions, padded for alignment
+    assert "a ZeRO partition, x2" in comm["params_source"]  # rank 0 holds half
     assert_nothing_left(tmp_path)
 
 
@@ -232,7 +308,6 @@ def test_sigkill_of_preflight_leaves_no_rank_behind(tmp_path: Path) -> None:
 
 FAULTS = str(SCRIPTS / "faults.py")
 MANUAL = str(SCRIPTS / "manual_sgd.py")
-TRIVIAL = str(SCRIPTS / "trivial_train.py")
 
 
 def test_a_hostile_script_is_cleaned_up_after_and_loses_nothing(tmp_path: Path) -> None:
@@ -255,24 +330,6 @@ def test_a_hostile_script_is_cleaned_up_after_and_loses_nothing(tmp_path: Path) 
     leftovers = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[-1:] in (["600"], ["601"])
                  and "sleep" in " ".join(p.info["cmdline"])]
     assert not leftovers
-
-
-def launched(tmp_path: Path, script: str, *args: str, nproc: int = 1, **plan: Any) -> tuple[SizeRun, Verdict]:
-    """One size of a rehearsal launched from this process (real torchrun, bootstrap and ranks; no pytest
-    session and no reports around it: those are the CLI tests' above) and judged."""
-    from preflight.rehearse.plan import RehearsalPlan
-    from preflight.rehearse.session import launch_size
-
-    rehearsal = RehearsalPlan(script=Path(script), script_text=Path(script).name, args=args, cwd=tmp_path,
-                              sizes=(nproc,), warmup=1, steps=4, timeout_s=plan.pop("timeout_s", 300.0),
-                              measure_for_s=1.0, cpu_cores=os.cpu_count() or 1, **plan)
-    previous = os.getcwd()
-    os.chdir(tmp_path)  # the job runs where preflight runs
-    try:
-        run = launch_size(rehearsal, nproc, tmp_path / "run")
-    finally:
-        os.chdir(previous)
-    return run, judge_size(run, size_figures(run))
 
 
 def test_os_exit_at_step_5_is_named_with_its_code_and_where(tmp_path: Path) -> None:
@@ -349,13 +406,16 @@ def venv_without_deepspeed(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_job_is_judged_in_the_interpreter_its_command_names(tmp_path: Path, venv_without_deepspeed: Path) -> None:
+    """The plan as ``preflight rehearse`` makes it from the command line (the job's torch asked in that
+    interpreter), then its one size launched from this process."""
+    from preflight.commands.rehearse import make_plan
+
     script = tmp_path / "ds_train.py"
     script.write_text("import deepspeed  # the job's own environment does not have it\n")
-    result, report = rehearse(tmp_path, "--nproc", "1", *SHORT, "--", str(venv_without_deepspeed), str(script))
-    assert report is not None and result.returncode == 1, result.stdout + result.stderr
-    verdict = check(report, "test_rehearsal_size[ranks1]")
-    assert verdict["code"] == "REHEARSAL_CRASHED" and "No module named 'deepspeed'" in verdict["summary"]
-    assert report["rehearsal"]["python"] == str(venv_without_deepspeed)
+    plan, _ = make_plan(["--nproc", "1", *SHORT, "--", str(venv_without_deepspeed), str(script)], tmp_path)
+    assert plan.as_dict()["python"] == str(venv_without_deepspeed)  # the report's rehearsal.python
+    _, verdict = run_size(plan, 1)
+    assert verdict.code == "REHEARSAL_CRASHED" and "No module named 'deepspeed'" in verdict.summary
 
 
 def test_a_full_disk_does_not_stop_the_rank_from_stopping_at_its_step(tmp_path: Path) -> None:
@@ -376,14 +436,13 @@ def test_a_full_disk_does_not_stop_the_rank_from_stopping_at_its_step(tmp_path: 
     assert verdict["status"] == "PASS" and size(report, 1)["steps_reached"][0] >= 5, verdict["summary"]
 
 
-def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(tmp_path: Path) -> None:
+def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(
+        seed_runs: tuple[Path, list[SeedRun]]) -> None:
     """On this 2-core machine two gloo ranks share the cores: the scaling is not measurable, every time.
     The output is preflight's (no pytest progress, the verdict once) and the reports go to
     reports/rehearse, beside an earlier node report that stays as it was."""
-    node_report = tmp_path / "reports" / "preflight.json"
-    node_report.parent.mkdir()
-    node_report.write_text('{"verdict": "READY"}')
-    runs = [rehearse(tmp_path, *SHORT, "--", TRIVIAL) for _ in range(2)]
+    cwd, seeds = seed_runs
+    runs = [(run.result, run.report) for run in seeds]
     verdicts = [(report or {}).get("verdict") for _, report in runs]
     assert verdicts[0] == verdicts[1] == "READY", [r.stdout for r, _ in runs]
     for result, report in runs:
@@ -400,4 +459,4 @@ def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(t
         # depends on the machine's load, so only its form is asserted, for whichever phases were shown.
         phases = [line for line in out.splitlines() if line.startswith("  > rehearse 2 ranks: ")]
         assert all(" (2 ranks, budget " in line for line in phases), phases
-    assert node_report.read_text() == '{"verdict": "READY"}'
+    assert (cwd / "reports" / "preflight.json").read_text() == NODE_REPORT

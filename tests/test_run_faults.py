@@ -21,7 +21,7 @@ import pytest
 
 from preflight.report.ownership import LOGS, logs_dir
 from tests.conftest import REPO_ROOT, validate_report
-from tests.test_safety_e2e import _rank_waits_in_the_step
+from tests.test_safety_e2e import HOSTILE, _rank_waits_in_the_step
 
 pytestmark = pytest.mark.e2e
 
@@ -144,9 +144,11 @@ def test_a_killed_run_leaves_none_of_the_previous_runs_reports(tmp_path: Path) -
     (logs_dir(out) / "ddp").mkdir()  # an earlier run's launch folder, in preflight's own marked folder
     (out / LOGS / "ddp" / "rank0.json").write_text("{}")
     run = "killed-beside-old"
-    proc = _start(run, ["--report-dir", str(out), *HANG], {"PREFLIGHT_TEST_FAULT": "hang:1"})
+    mark = tmp_path / "stalled"  # killed half way: while a check runs (no launch: the outputs go at the start)
+    proc = _start(run, ["--report-dir", str(out), "-k", "planted_stall", "--", *HOSTILE],
+                  {"PREFLIGHT_TEST_STALL": "check", "PREFLIGHT_TEST_STALL_MARK": str(mark)})
     try:
-        _wait(lambda: _rank_in_phase(out, "ddp"), 180, "the ranks")
+        _wait(mark.exists, 180, "the stalled check")
         proc.send_signal(signal.SIGKILL)
         proc.wait(timeout=10)
     finally:

@@ -31,7 +31,9 @@ from tests.fakes import planted
 pytestmark = pytest.mark.e2e
 
 PLANTED_CHECKS = str(REPO_ROOT / "tests" / "fakes" / "planted_checks.py")
-HOSTILE = ["-p", "tests.fakes.hostile_node", PLANTED_CHECKS]
+# --confcutdir: no conftest.py above the planted checks' folder loads in the child run, so tests/conftest.py
+# (which imports torch into the test process) does not import torch into preflight's own, as no real run does
+HOSTILE = ["-p", "tests.fakes.hostile_node", f"--confcutdir={REPO_ROOT / 'tests' / 'fakes'}", PLANTED_CHECKS]
 REPORT_FILES = ("preflight.json", "preflight.html", "preflight.jsonl", "preflight-junit.xml")
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -78,13 +80,14 @@ def _left_after(run: str, within_s: float = 1.0) -> list[str]:
 # ---------------------------------------------------------------------------------------------
 
 
-# Three runs on a hostile node with secrets in the environment: the CPU DDP launch (worker logs), the
-# GPU checks against a fake NVML whose GPU name carries markup, and a DDP phase whose ranks print and
-# raise planted secrets (rank logs, error files, torchrun's log); all with the planted checks.
+# Two runs on a hostile node with secrets in the environment, both with the planted checks: one CPU
+# launch whose real DDP step passes (worker logs) and whose FSDP phase then prints and raises planted
+# secrets on every rank (rank logs, error files, torchrun's log), and the GPU checks against a fake NVML
+# whose GPU name carries markup.
 RUNS: dict[str, tuple[list[str], dict[str, str], list[str]]] = {
-    "cpu-ddp": (["--cpu", "-k", "planted or ddp"], {}, []),
+    "cpu-launch": (["--cpu", "--strategy", "ddp,fsdp", "-k", "planted or ddp or fsdp"], {},
+                   ["-p", "tests.fakes.planted_phase"]),
     "fake-gpu": (["-m", "not distributed"], {"PREFLIGHT_TEST_HOSTILE_GPU": "1"}, []),
-    "rank-leak": (["--cpu", "-k", "planted or ddp"], {}, ["-p", "tests.fakes.planted_phase"]),
 }
 
 
@@ -142,13 +145,13 @@ def test_no_planted_secret_in_any_other_file(leaky_run: dict[str, Any]) -> None:
 def test_rank_logs_and_error_files_are_scrubbed_not_lost(_runs: dict[str, dict[str, Any]],
                                                          tmp_path_factory: pytest.TempPathFactory) -> None:
     """The ranks wrote the secrets raw (tests/workers/planted.py); what is left says where they were."""
-    logs = _run_once(_runs, "rank-leak", tmp_path_factory)["out"] / LOGS / "rehearsal"
+    logs = _run_once(_runs, "cpu-launch", tmp_path_factory)["out"] / LOGS / "rehearsal"
     for rank in (0, 1):
         log = (logs / f"rank{rank}.log").read_text()
         assert f"rank {rank} could not download https://deploy:[REDACTED]@artifacts.example/simple with token " \
                "ghp_[REDACTED] (hf_[REDACTED])" in log
         assert "MASTER_ADDR was admin:[REDACTED]@10.0.0.5" in log
-        error = json.loads((logs / f"rank{rank}.ddp.error.json").read_text())
+        error = json.loads((logs / f"rank{rank}.fsdp.error.json").read_text())
         assert "ghp_[REDACTED]" in error["error"] and "hf_[REDACTED]" in error["traceback"]
 
 
@@ -194,15 +197,22 @@ def test_the_report_is_valid_and_real_checks_still_work(leaky_run: dict[str, Any
     report = leaky_run["report"]
     validate_report(report)
     statuses = {c["name"]: c["status"] for c in report["checks"]}
-    if leaky_run["name"] == "cpu-ddp":
+    if leaky_run["name"] == "cpu-launch":
         assert statuses["test_ddp_step"] == "PASS"
-    elif leaky_run["name"] == "rank-leak":
-        ddp = next(c for c in report["checks"] if c["name"] == "test_ddp_step")
-        assert (ddp["status"], ddp["code"]) == ("FAIL", "DDP_RANK_CRASHED")
-        assert "could not download https://deploy:[REDACTED]@artifacts.example/simple" in ddp["summary"]
+        fsdp = next(c for c in report["checks"] if c["name"] == "test_strategy_step[fsdp]")
+        assert (fsdp["status"], fsdp["code"]) == ("FAIL", "FSDP_RANK_CRASHED")
+        assert "could not download https://deploy:[REDACTED]@artifacts.example/simple" in fsdp["summary"]
     else:
         assert statuses["test_gpu_count"] == "PASS" and statuses["test_gpu_ecc[gpu0]"] == "PASS"
         assert [gpu["name"] for gpu in report["node"]["gpus"]["gpus"]] == [planted.GPU_NAME]
+
+
+def test_deselected_checks_are_not_reported_as_not_run(leaky_run: dict[str, Any]) -> None:
+    """Each planted run selects a few checks (-k, -m) and runs to its end."""
+    result, report = leaky_run["result"], leaky_run["report"]
+    assert " checks selected (" in result.stdout.strip().splitlines()[-1], result.stdout[-2000:]
+    assert report["run"]["interrupted"] is False
+    assert report["not_run"] == [], "checks left out by -k or -m are not checks that did not run"
 
 
 # ---------------------------------------------------------------------------------------------
@@ -399,13 +409,6 @@ def test_interrupted_run_leaves_a_valid_partial_report(tmp_path: Path, point: st
     lines = [json.loads(line) for line in (out / "preflight.jsonl").read_text().splitlines()]
     assert {r["name"] for r in lines if r["type"] == "check"} >= finished
     assert _left_after(run, within_s=1.0) == []  # killed workers are reaped by their parents
-
-
-def test_deselected_checks_are_not_reported_as_not_run(tmp_path: Path) -> None:
-    result = _preflight(["--report-dir", str(tmp_path), "-k", "planted_pass", "--", *HOSTILE])
-    report = json.loads((tmp_path / "preflight.json").read_text())
-    assert result.returncode == 0, result.stdout[-2000:]
-    assert report["not_run"] == [], "checks left out by -k are not checks that did not run"
 
 
 # ---------------------------------------------------------------------------------------------

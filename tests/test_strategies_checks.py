@@ -1,7 +1,11 @@
 """The strategy checks end to end: pytest with the plugin in a child process, and ``preflight
 --strategy all`` itself. DDP, FSDP2 and ZeRO-1/2/3 run for real on gloo CPU ranks (ZeRO with the
 real DeepSpeed of the test extras, on its CPU accelerator, its ops built ahead of the launch in
-preflight's own cache: the first test on a machine compiles them, the others load them)."""
+preflight's own cache: the first test on a machine compiles them, the others load them).
+
+Two runs answer the strategy tests: ``--strategy all`` under pytest with the plugin, and one
+``preflight --strategy fsdp,zero2`` whose FSDP2 rank 1 diverges (a module fixture): what the command
+line selects runs, what it does not is skipped, and the diverging rank is named."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import os
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +39,12 @@ def _numpy_usable() -> bool:
     return True
 
 
-def run_checks(tmp_path: Path, *options: str, plugins: tuple[str, ...] = (), env: dict[str, str] | None = None
-               ) -> dict[str, Any]:
+def run_checks(tmp_path: Path, *options: str) -> dict[str, Any]:
     """Run the DDP and strategy checks under pytest with the plugin; return the JSON report."""
     paths = [str(REPO_ROOT), os.environ.get("PYTHONPATH")]
-    full_env = {**os.environ, **(env or {}), "PYTHONPATH": os.pathsep.join(filter(None, paths))}
+    full_env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, paths))}
     out = tmp_path / "reports"
-    loads = [arg for plugin in plugins for arg in ("-p", plugin)]
-    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *loads, *CHECKS, "-rs",
+    result = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *CHECKS, "-rs",
                              f"--preflight-report-dir={out}", "--preflight-cpu", *options], capture_output=True, text=True,
                             env=full_env, cwd=tmp_path, timeout=2500)
     assert (out / "preflight.json").exists(), result.stdout + result.stderr
@@ -86,37 +89,63 @@ def test_all_strategies_run_for_real_zero_included(tmp_path: Path) -> None:
     assert report["node"]["strategies"]["deepspeed"] == "0.19.8"  # found by metadata, not import
 
 
-def test_only_the_selected_strategy_runs(tmp_path: Path) -> None:
-    report = run_checks(tmp_path, "--preflight-strategy=fsdp", "-k", "zero1")
-    zero1 = by_name(report)["test_strategy_step[zero1]"]
+@dataclass(frozen=True)
+class SelectedRun:
+    """``preflight --strategy fsdp,zero2`` with rank 1's FSDP2 parameters diverging: its exit and its report."""
+
+    result: subprocess.CompletedProcess[str]
+    report: dict[str, Any]
+
+    def check(self, name: str) -> dict[str, Any]:
+        return by_name(self.report)[name]
+
+
+@pytest.fixture(scope="module")
+def selected_run(tmp_path_factory: pytest.TempPathFactory) -> SelectedRun:
+    """One ``preflight --cpu --strategy fsdp,zero2`` of the strategy checks, FSDP2's phase swapped for one whose
+    rank 1 diverges (``-p tests.fakes.faulty_strategies`` after ``--``): one launch runs FSDP2, the op load and
+    ZeRO-2. Only when the installed checks are this checkout's."""
+    if checks_dir() != (REPO_ROOT / "checks").resolve():
+        pytest.skip(f"the installed preflight.checks is another checkout ({checks_dir()})")
+    tmp = tmp_path_factory.mktemp("selected")
+    env = {**os.environ, "PREFLIGHT_TEST_FAULT": "diverge:1",
+           "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
+    result = subprocess.run([sys.executable, "-m", "preflight", "--cpu", "--strategy", "fsdp,zero2", "-k",
+                             "strateg or deepspeed_ops", "--op-build-timeout", "1500", "--timeout", "2400",
+                             "--report-dir", str(tmp / "r"), "--", "-p", "tests.fakes.faulty_strategies"],
+                            capture_output=True, text=True, env=env, cwd=tmp, timeout=2500)
+    report_file = tmp / "r" / "preflight.json"
+    assert report_file.exists(), result.stdout + result.stderr
+    report: dict[str, Any] = json.loads(report_file.read_text())
+    validate_report(report)
+    return SelectedRun(result, report)
+
+
+def test_only_the_selected_strategy_runs(selected_run: SelectedRun) -> None:
+    zero1 = selected_run.check("test_strategy_step[zero1]")
     assert zero1["status"] == "SKIP" and zero1["summary"].startswith("strategy zero1 not selected (--strategy")
     import importlib.metadata
 
-    assert report["node"]["strategies"] == {"selected": ["fsdp"], "explicit": True,
-                                            "deepspeed": importlib.metadata.version("deepspeed")}
+    assert selected_run.report["node"]["strategies"] == {"selected": ["fsdp", "zero2"], "explicit": True,
+                                                         "deepspeed": importlib.metadata.version("deepspeed")}
 
 
-def test_a_diverging_rank_makes_the_node_not_ready_and_is_named(tmp_path: Path) -> None:
-    report = run_checks(tmp_path, "--preflight-strategy=fsdp", "-k", "fsdp", plugins=("tests.fakes.faulty_strategies",),
-                        env={"PREFLIGHT_TEST_FAULT": "diverge:1"})
-    fsdp = by_name(report)["test_strategy_step[fsdp]"]
+def test_a_diverging_rank_makes_the_node_not_ready_and_is_named(selected_run: SelectedRun) -> None:
+    fsdp = selected_run.check("test_strategy_step[fsdp]")
     assert (fsdp["status"], fsdp["code"]) == ("FAIL", "FSDP_RANKS_DIVERGED")
-    assert "rank 1" in fsdp["summary"] and report["verdict"] == "NOT READY"
+    assert "rank 1" in fsdp["summary"] and selected_run.report["verdict"] == "NOT READY"
+    assert selected_run.result.returncode == 1, selected_run.result.stdout + selected_run.result.stderr
 
 
-def test_preflight_strategy_zero2_on_the_command_line(tmp_path: Path) -> None:
-    """``preflight --strategy zero2``: only when the installed checks are this checkout's."""
-    if checks_dir() != (REPO_ROOT / "checks").resolve():
-        pytest.skip(f"the installed preflight.checks is another checkout ({checks_dir()})")
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))}
-    result = subprocess.run([sys.executable, "-m", "preflight", "--cpu", "--strategy", "zero2", "-k", "strateg or deepspeed_ops",
-                             "--op-build-timeout", "1500", "--timeout", "2400", "--report-dir", str(tmp_path / "r")],
-                            capture_output=True, text=True, env=env, cwd=tmp_path, timeout=2500)
-    assert result.returncode == 0, result.stdout + result.stderr
-    checks = by_name(json.loads((tmp_path / "r" / "preflight.json").read_text()))
-    assert checks["test_strategy_step[zero2]"]["status"] == "PASS", checks["test_strategy_step[zero2]"]["summary"]
-    assert checks["test_deepspeed_ops"]["status"] == "PASS"
-    assert checks["test_strategy_step[zero1]"]["status"] == "SKIP"  # not selected
+def test_preflight_strategy_zero2_on_the_command_line(selected_run: SelectedRun) -> None:
+    """``preflight --strategy fsdp,zero2``: ZeRO-2 runs, and its op load, whatever FSDP2's verdict (exit 1:
+    the diverging rank above makes the run NOT READY)."""
+    zero2 = selected_run.check("test_strategy_step[zero2]")
+    assert zero2["status"] == "PASS", zero2["summary"]
+    assert selected_run.check("test_deepspeed_ops")["status"] == "PASS"
+    assert selected_run.check("test_strategy_step[zero1]")["status"] == "SKIP"  # not selected
+    assert selected_run.check("test_strategy_step[zero3]")["status"] == "SKIP"  # not selected
+    assert selected_run.result.returncode == 1, selected_run.result.stdout + selected_run.result.stderr
 
 
 def test_an_unknown_strategy_is_a_usage_error(tmp_path: Path) -> None:

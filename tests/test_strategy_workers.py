@@ -1,5 +1,11 @@
 """The strategy workers on real torchrun with gloo ranks: FSDP2 and ZeRO (real DeepSpeed, its CPU
-accelerator) for real, and injected faults judged as the report shows them."""
+accelerator) for real, and injected faults judged as the report shows them.
+
+Tests that read the same kind of run share one launch (module fixtures), as a rehearsal runs its phases
+in one process group: every FSDP2 phase, faults included, in one; ZeRO-3 and the ZeRO save that hangs
+in another. A hang ends its launch, so the hanging phase is the last of its launch, and its budget (which
+counts from the last rank's entry into the phase) is short: torch, the process group and DeepSpeed are
+already in when it starts."""
 
 from __future__ import annotations
 
@@ -11,20 +17,24 @@ import pytest
 import torch
 
 from preflight.judge.strategies import FSDP2_CPU_MIN_TORCH, judge_strategy
-from preflight.launch.outcome import PhaseResult
+from preflight.launch.outcome import LaunchResult, PhaseResult
 from preflight.launch.phase_results import FsdpResult, ZeroResult, parse_fsdp
+from preflight.launch.plan import Phase
 from preflight.outcome import Status
 from preflight.probe.command import run_command
 from preflight.probe.deepspeed_ops import build_ops
 from preflight.workers import phases
 
 from tests.conftest import REPO_ROOT
-from tests.launching import launch_phase
+from tests.launching import launch_phase, launch_phases
 
 pytestmark = pytest.mark.e2e
 
-HANG_BUDGET_S = 20.0  # a phase's budget starts after the ranks joined: torch's import is not in it
-ZERO_HANG_BUDGET_S = 90.0  # the ZeRO phase that hangs in its save: initialize and the steps fit in it
+FSDP_BUDGET_S = 150.0
+# The phases whose save hangs, each after phases that imported everything in the same launch: the model, its
+# sharding (or initialize) and the steps reach the save in 0.5 s on a quiet machine, a few seconds under load.
+HANG_BUDGET_S = 10.0
+ZERO_HANG_BUDGET_S = 10.0
 ZERO_BUDGET_S = 300.0  # a ZeRO phase takes seconds on a quiet machine, a minute or more on a loaded one
 OP_BUILD_TIMEOUT_S = 1500  # a first build of the CPU ops (only the first test on a machine pays it)
 MISSING_HEADER = "/nonexistent/preflight-missing-header.h"
@@ -45,25 +55,49 @@ needs_fsdp2_on_cpu = pytest.mark.skipif(
     reason=f"torch {torch.__version__} cannot run FSDP2 on CPU ranks (needs 2.7)")
 
 
-@pytest.fixture(autouse=True)
-def _importable_tests(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Ranks must import tests.workers.faulty_strategies and tests.workers.faulty_zero."""
+def _importable_tests(env: dict[str, str | None] | None = None) -> dict[str, str | None]:
+    """``env`` for a launch whose ranks import tests.workers.faulty_strategies and tests.workers.faulty_zero."""
     paths = [str(REPO_ROOT), os.environ.get("PYTHONPATH")]
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, paths)))
+    return {**(env or {}), "PYTHONPATH": os.pathsep.join(filter(None, paths))}
 
 
-def _fsdp(tmp_path: Path, fault: str | None = None, budget_s: float = 150) -> PhaseResult:
-    env = {"PREFLIGHT_TEST_FAULT": fault} if fault else {}
-    worker = "tests.workers.faulty_strategies:run" if fault else "preflight.workers.fsdp:run"
-    return launch_phase(worker, nproc=2, budget_s=budget_s, deadline_s=budget_s + 60, env=env,
-                        run_dir=tmp_path / "run", args=["--steps", "3", "--checkpoint-dir",
-                                                        str(tmp_path / "checkpoint")], parse_output=parse_fsdp)
+def _deadline(phases: list[Phase]) -> float:
+    """A launch deadline past every phase's budget: a phase that hangs is judged hung, never cut."""
+    return sum(phase.budget_s for phase in phases) + 120
+
+
+FSDP_FAULTS = {"diverge": "diverge:1", "no-numpy": "no-numpy:0", "corrupt": "corrupt:1"}
+
+
+def _fsdp_phase(name: str, checkpoints: Path, fault: str | None = None, budget_s: float = FSDP_BUDGET_S) -> Phase:
+    entry, fault_args = ("tests.workers.faulty_strategies:run", ("--fault", fault)) if fault else (
+        "preflight.workers.fsdp:run", ())
+    return Phase(name, entry, (*fault_args, "--steps", "3", "--checkpoint-dir", str(checkpoints / name)),
+                 budget_s=budget_s, parse_output=parse_fsdp)
+
+
+@pytest.fixture(scope="module")
+def fsdp_launch(tmp_path_factory: pytest.TempPathFactory) -> tuple[LaunchResult, Path]:
+    """One launch for every FSDP2 test, and the folder of its checkpoints: the real phase (``fsdp``), each
+    fault in a phase of its own, named after it, and last the save rank 1 skips (``skip-save``)."""
+    checkpoints = tmp_path_factory.mktemp("fsdp-checkpoints")
+    phases = [_fsdp_phase("fsdp", checkpoints),
+              *(_fsdp_phase(name, checkpoints, fault) for name, fault in FSDP_FAULTS.items()),
+              _fsdp_phase("skip-save", checkpoints, "skip-save:1", budget_s=HANG_BUDGET_S)]
+    run_dir = tmp_path_factory.mktemp("fsdp") / "run"
+    return launch_phases(phases, nproc=2, run_dir=run_dir, deadline_s=_deadline(phases), env=_importable_tests()), \
+        checkpoints
+
+
+def _fsdp(fsdp_launch: tuple[LaunchResult, Path], name: str) -> PhaseResult:
+    return fsdp_launch[0].phase(name)
 
 
 @needs_numpy
 @needs_fsdp2_on_cpu
-def test_fsdp2_on_two_gloo_ranks_trains_and_round_trips_its_sharded_checkpoint(tmp_path: Path) -> None:
-    result = _fsdp(tmp_path)
+def test_fsdp2_on_two_gloo_ranks_trains_and_round_trips_its_sharded_checkpoint(
+        fsdp_launch: tuple[LaunchResult, Path]) -> None:
+    result = _fsdp(fsdp_launch, "fsdp")
     assert result.ok, result.describe() + result.launcher_tail
     first, second = result.outputs(FsdpResult)
     assert first.losses[-1] < first.losses[0] and first.losses == second.losses
@@ -72,7 +106,7 @@ def test_fsdp2_on_two_gloo_ranks_trains_and_round_trips_its_sharded_checkpoint(t
     for checkpoint in (first.checkpoint, second.checkpoint):
         assert checkpoint.available and checkpoint.mismatched_count == 0 and (checkpoint.tensors or 0) > 0
         assert checkpoint.differed_before_load  # the fresh model really started elsewhere
-    assert first.checkpoint.removed is True and not (tmp_path / "checkpoint").exists()
+    assert first.checkpoint.removed is True and not (fsdp_launch[1] / "fsdp").exists()
     verdict = judge_strategy(result, "fsdp")
     assert verdict.status is Status.PASS, verdict.summary
     assert "loaded back exactly" in verdict.summary and "FSDP2" in verdict.summary
@@ -82,15 +116,16 @@ def test_fsdp2_on_two_gloo_ranks_trains_and_round_trips_its_sharded_checkpoint(t
 
 
 @needs_fsdp2_on_cpu
-def test_a_rank_whose_parameters_diverge_is_named(tmp_path: Path) -> None:
-    verdict = judge_strategy(_fsdp(tmp_path, "diverge:1"), "fsdp")
+def test_a_rank_whose_parameters_diverge_is_named(fsdp_launch: tuple[LaunchResult, Path]) -> None:
+    verdict = judge_strategy(_fsdp(fsdp_launch, "diverge"), "fsdp")
     assert verdict.status is Status.FAIL and verdict.code == "FSDP_RANKS_DIVERGED"
     assert "rank 1" in verdict.summary and "gathered parameters" in verdict.summary
 
 
 @needs_fsdp2_on_cpu
-def test_without_numpy_the_steps_pass_and_the_checkpoint_round_trip_warns(tmp_path: Path) -> None:
-    verdict = judge_strategy(_fsdp(tmp_path, "no-numpy:0"), "fsdp")
+def test_without_numpy_the_steps_pass_and_the_checkpoint_round_trip_warns(
+        fsdp_launch: tuple[LaunchResult, Path]) -> None:
+    verdict = judge_strategy(_fsdp(fsdp_launch, "no-numpy"), "fsdp")
     assert verdict.status is Status.WARN and verdict.code == "FSDP_CHECKPOINT_NEEDS_NUMPY"
     assert "pip install numpy" in (verdict.remediation or "")
     assert any(m.name == "step_time" for m in verdict.metrics)
@@ -98,8 +133,9 @@ def test_without_numpy_the_steps_pass_and_the_checkpoint_round_trip_warns(tmp_pa
 
 @needs_numpy
 @needs_fsdp2_on_cpu
-def test_a_save_skipped_on_one_rank_hangs_the_others_and_says_saves_are_collective(tmp_path: Path) -> None:
-    result = _fsdp(tmp_path, "skip-save:1", budget_s=HANG_BUDGET_S)
+def test_a_save_skipped_on_one_rank_hangs_the_others_and_says_saves_are_collective(
+        fsdp_launch: tuple[LaunchResult, Path]) -> None:
+    result = _fsdp(fsdp_launch, "skip-save")
     assert result.timed_out
     assert result.ranks[0].last_phase == phases.CHECKPOINT_SAVE
     verdict = judge_strategy(result, "fsdp")
@@ -110,8 +146,8 @@ def test_a_save_skipped_on_one_rank_hangs_the_others_and_says_saves_are_collecti
 
 @needs_numpy
 @needs_fsdp2_on_cpu
-def test_a_checkpoint_that_loads_back_different_is_a_mismatch(tmp_path: Path) -> None:
-    verdict = judge_strategy(_fsdp(tmp_path, "corrupt:1"), "fsdp")
+def test_a_checkpoint_that_loads_back_different_is_a_mismatch(fsdp_launch: tuple[LaunchResult, Path]) -> None:
+    verdict = judge_strategy(_fsdp(fsdp_launch, "corrupt"), "fsdp")
     assert verdict.status is Status.FAIL and verdict.code == "FSDP_CHECKPOINT_MISMATCH"
     # rank 1's shard was altered; every rank's probe loss sees it, only rank 1's own tensors differ
     assert "rank 1: 1 of" in verdict.summary and "tensors differ (model.head.weight)" in verdict.summary
@@ -126,16 +162,34 @@ def built_ops() -> None:
     assert built.ok, built.tail()
 
 
-def _zero(tmp_path: Path, stage: int, env: dict[str, str | None] | None = None,
-          entry: str = "preflight.workers.zero:run", budget_s: float = ZERO_BUDGET_S) -> PhaseResult:
-    return launch_phase(entry, nproc=2, budget_s=budget_s, deadline_s=budget_s + 60, env=env or {},
-                        run_dir=tmp_path / "run", args=["--stage", str(stage), "--steps", "3", "--checkpoint-dir",
-                                                        str(tmp_path / "checkpoint")], parse_output=ZeroResult.parse)
+def _zero_phase(name: str, stage: int, checkpoints: Path, entry: str = "preflight.workers.zero:run",
+                budget_s: float = ZERO_BUDGET_S) -> Phase:
+    return Phase(name, entry, ("--stage", str(stage), "--steps", "3", "--checkpoint-dir", str(checkpoints / name)),
+                 budget_s=budget_s, parse_output=ZeroResult.parse)
+
+
+def _zero(tmp_path: Path, stage: int, env: dict[str, str | None]) -> PhaseResult:
+    """A ZeRO phase alone in its launch (with ``env``), named after its stage."""
+    phase = _zero_phase(f"zero{stage}", stage, tmp_path)
+    return launch_phases([phase], nproc=2, run_dir=tmp_path / "run", deadline_s=_deadline([phase]),
+                         env=env).phase(phase.name)
+
+
+@pytest.fixture(scope="module")
+def zero_launch(tmp_path_factory: pytest.TempPathFactory, built_ops: None) -> LaunchResult:
+    """One launch for the ZeRO tests that load the built ops: ZeRO-3 for real (``zero3``), then ZeRO-1 with
+    the save rank 1 never calls (``zero1``, ``tests.workers.faulty_zero``)."""
+    checkpoints = tmp_path_factory.mktemp("zero-checkpoints")
+    phases = [_zero_phase("zero3", 3, checkpoints),
+              _zero_phase("zero1", 1, checkpoints, entry="tests.workers.faulty_zero:run", budget_s=ZERO_HANG_BUDGET_S)]
+    run_dir = tmp_path_factory.mktemp("zero") / "run"
+    return launch_phases(phases, nproc=2, run_dir=run_dir, deadline_s=_deadline(phases),
+                         env=_importable_tests({"PREFLIGHT_TEST_FAULT": "skip-save:1"}))
 
 
 @needs_numpy
-def test_zero3_runs_for_real_on_cpu_ranks_and_reloads_its_checkpoint_exactly(tmp_path: Path, built_ops: None) -> None:
-    result = _zero(tmp_path, 3)
+def test_zero3_runs_for_real_on_cpu_ranks_and_reloads_its_checkpoint_exactly(zero_launch: LaunchResult) -> None:
+    result = zero_launch.phase("zero3")
     assert result.ok, result.describe() + result.launcher_tail
     first, second = result.outputs(ZeroResult)
     assert first.strategy == "zero3" and first.config["zero_optimization"]["stage"] == 3  # type: ignore[index]
@@ -185,10 +239,10 @@ def test_a_build_that_failed_beside_the_launch_is_raised_by_the_ranks_not_rebuil
     assert "ninja" not in "".join(r.log_tail for r in phase.ranks)  # nothing compiled in the ranks
 
 
-def test_a_deepspeed_save_not_called_on_every_rank_hangs_and_is_named(tmp_path: Path, built_ops: None) -> None:
-    # real DeepSpeed: importing it and initialize take tens of seconds under load before the save is reached
-    result = _zero(tmp_path, 1, {"PREFLIGHT_TEST_FAULT": "skip-save:1"}, entry="tests.workers.faulty_zero:run",
-                   budget_s=ZERO_HANG_BUDGET_S)
+def test_a_deepspeed_save_not_called_on_every_rank_hangs_and_is_named(zero_launch: LaunchResult) -> None:
+    # real DeepSpeed, imported by the ZeRO-3 phase before it (under load that takes tens of seconds)
+    result = zero_launch.phase("zero1")
+    assert result.timed_out, result.describe()
     verdict = judge_strategy(result, "zero1")
     assert verdict.status is Status.FAIL and verdict.code == "ZERO1_CHECKPOINT_SAVE_HUNG", verdict.summary
     assert "never completed" in verdict.summary and "every rank" in (verdict.remediation or "")

@@ -184,7 +184,8 @@ def _op(fact: Mapping[str, Any]) -> OpLoad:
 
 def build_ops(builders: Sequence[BuilderSpec] = ZERO_BUILDERS, *, timeout_s: float = DEFAULT_TIMEOUT_S,
               root: Path | None = None, directory: Path | None = None, jit: bool = False,
-              runner: CommandRunner, python: str, env: Mapping[str, str], cpu_info: Path | None = None) -> OpBuild:
+              runner: CommandRunner, python: str, env: Mapping[str, str], cpu_info: Path | None = None,
+              lock_wait_s: float | None = None) -> OpBuild:
     """Load (building when needed) ``builders`` in a child interpreter under ``timeout_s``; never raises.
     The build this environment left, when it verifies, answers without a child (:func:`cached_build`).
 
@@ -194,6 +195,8 @@ def build_ops(builders: Sequence[BuilderSpec] = ZERO_BUILDERS, *, timeout_s: flo
     ``cpu_info``: where the child leaves py-cpuinfo's answer for the ranks
     (:func:`~preflight.probe.op_build_child.share_cpu_info`). The child holds the folder's own lock
     (``<folder>/preflight.lock``) exclusively while it builds there; ranks load holding it shared.
+    ``lock_wait_s``: how long the child waits for that lock when another preflight holds it before it
+    reports the folder busy (default half of ``timeout_s``).
     """
     base = dict(env)
     top = root or extensions_root(base)
@@ -207,7 +210,8 @@ def build_ops(builders: Sequence[BuilderSpec] = ZERO_BUILDERS, *, timeout_s: flo
         return OpBuild(directory=None, accelerator=None, ops=(), ok=False, timed_out=False, busy=False,
                        duration_s=0.0, budget_s=timeout_s, returncode=None, output="",
                        unusable=f"cannot create the op cache {top}: {exc.strerror or exc}")
-    spec: dict[str, Any] = {"builders": list(builders), "jit": jit, "lock_wait_s": max(1.0, timeout_s / 2),
+    wait_s = max(1.0, timeout_s / 2) if lock_wait_s is None else lock_wait_s
+    spec: dict[str, Any] = {"builders": list(builders), "jit": jit, "lock_wait_s": wait_s,
                             "root": str(top)}
     if directory is not None:
         spec["directory"] = str(directory)

@@ -29,8 +29,9 @@ from tests.fakes.nvml import fake_transport
 from tests.fakes.nvml_profiles import PROFILES
 
 STALL_S = 600.0
-REPORT_STALL_S = 8.0
-"""Short, so a run that rightly holds signals while it writes its reports still ends in time."""
+REPORT_STALL_S = 4.0
+"""Short, so a run that rightly holds signals while it writes its reports still ends in time; long enough
+for a test that sees the mark to signal the run well inside it (it polls the mark every 0.1 s at most)."""
 
 
 def _stall(point: str, seconds: float = STALL_S) -> None:

@@ -2,7 +2,8 @@
 
 Every rank prints a URL with a password, a ``ghp_`` token and the ``HF_TOKEN`` value from its environment
 (the run plants them, ``tests/fakes/planted.py``) to stdout and stderr, which land in ``rank<N>.log``, and
-raises with the same text, which lands in ``rank<N>.ddp.error.json`` and the log's traceback.
+raises with the same text, which lands in the phase's error file (``rank<N>.fsdp.error.json``:
+``tests/fakes/planted_phase.py`` runs it as the FSDP phase) and the log's traceback.
 """
 
 from __future__ import annotations
