@@ -28,6 +28,7 @@ from preflight.node.transports import Transports
 from preflight.options import argparse_kwargs
 from preflight.outcome import Status, Verdict, error
 from preflight.parse.quantity import QuantityError
+from preflight.probe.job_torch import JobTorch
 from preflight.probe.nvml_snapshot import GpuReference
 from preflight.recording import STATE_KEY, CheckState, Recorder, apply_to_report, verdict_for_phase
 from preflight.report.collector import ReportCollector
@@ -59,13 +60,16 @@ class PreflightRun:
     """One ``preflight`` run, handed to ``pytest.main(argv, plugins=[run])``: the settings the command parsed
     (pytest's own ``--preflight-*`` options are not read then), and the run's result once pytest returns."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: Settings, job_torch: JobTorch | None = None) -> None:
         self.settings = settings
+        self.job_torch = job_torch  # the command already asked the job's interpreter (preflight rehearse)
         self._collector: ReportCollector | None = None
 
     @pytest.hookimpl(trylast=True)  # after the plugin's pytest_configure made the collector
     def pytest_configure(self, config: pytest.Config) -> None:
         self._collector = collector_of(config)
+        if self.job_torch is not None and not hasattr(config, "workerinput"):
+            node_for(config).torch_known(self.job_torch, "the command, before the run")
 
     def result(self) -> RunResult | None:
         """The verdict, exit code and reports of the finished run; None when no report was ever built (pytest

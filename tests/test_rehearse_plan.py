@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from preflight.commands.rehearse import make_plan
+from preflight.commands.rehearse import Capacity, make_plan
 from preflight.errors import UsageError
 from preflight.rehearse.plan import RehearsalPlan, busbw_from_report, default_sizes
 from tests.conftest import REPO_ROOT
@@ -26,7 +26,7 @@ def workdir(tmp_path: Path) -> Path:
 
 
 def _plan(workdir: Path, *argv: str, gpus: int = 0, cores: int = 2) -> RehearsalPlan:
-    return make_plan(list(argv), workdir, node=lambda python: (gpus, cores))[0]
+    return make_plan(list(argv), workdir, node=lambda python: Capacity(gpus, cores))[0]
 
 
 @pytest.mark.parametrize(("gpus", "sizes"), [(1, (1,)), (2, (1, 2)), (4, (1, 2, 4)), (8, (1, 2, 8))])
@@ -111,9 +111,9 @@ def test_the_command_prints_one_line_and_exits_2(workdir: Path) -> None:
 def _plan_python(workdir: Path, *argv: str) -> str:
     seen: list[str] = []
 
-    def node(python: str) -> tuple[int, int]:
+    def node(python: str) -> Capacity:
         seen.append(python)
-        return 0, 2
+        return Capacity(0, 2)
 
     plan = make_plan(list(argv), workdir, node=node)[0]
     assert seen == [plan.python]  # the GPUs are counted by the job's own torch
@@ -164,9 +164,9 @@ def test_a_junit_path_that_cannot_be_written_is_refused_before_anything_runs(wor
     blocker.write_text("")
     probed: list[str] = []
 
-    def node(python: str) -> tuple[int, int]:
+    def node(python: str) -> Capacity:
         probed.append(python)
-        return 0, 2
+        return Capacity(0, 2)
 
     with pytest.raises(UsageError, match="cannot write the JUnit XML to"):
         make_plan(["--junitxml", str(blocker / "junit.xml"), "--", SCRIPT], workdir, node=node)
@@ -174,5 +174,5 @@ def test_a_junit_path_that_cannot_be_written_is_refused_before_anything_runs(wor
 
 
 def test_reports_go_to_a_directory_of_their_own_by_default(workdir: Path) -> None:
-    args = make_plan(["--", SCRIPT], workdir, node=lambda python: (0, 2))[1]
+    args = make_plan(["--", SCRIPT], workdir, node=lambda python: Capacity(0, 2))[1]
     assert args.report_dir == Path("reports") / "rehearse"

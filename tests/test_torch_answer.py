@@ -107,3 +107,18 @@ def test_the_jobs_deepspeed_is_read_from_the_answer_and_absent_without_one() -> 
     for answer in ({"version": "2.13.0"}, {"version": "2.13.0", "deepspeed": {"version": None}}, {"deepspeed": 3}):
         without = from_child_output("py", answer)
         assert (without.deepspeed_version, without.deepspeed_roots) == (None, ())
+
+
+def test_an_answer_the_command_already_has_is_the_runs_and_no_child_asks_again() -> None:
+    """``preflight rehearse`` asks the job's interpreter to count its GPUs before the run; the run takes that
+    answer (issue 27: the probe child ran twice, 2.3 CPU-s each). Once an answer is on its way, none replaces it."""
+    from preflight.node import Node
+    from preflight.probe.job_torch import JobTorch
+
+    node = Node(Transports(python=sys.executable), nproc=None)  # the real command transport: nothing asked until decided
+    answer = JobTorch(python=sys.executable, version="2.13.0+cpu", device_count=0)
+    assert node.torch_known(answer, "the command, before the run")
+    assert node.torch is answer and node.torch_ready
+    assert not node.torch_known(JobTorch(python=sys.executable, version="other"), "later")
+    assert not node.torch_answered_by(Path("/nonexistent/torch.json"), lambda: True)  # no launch asks either
+    assert node.torch is answer

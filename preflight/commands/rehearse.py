@@ -20,6 +20,7 @@ import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 from preflight.cli import JUNIT_NAME, _check_junit_path, _check_report_dir, _run_pytest, _usage_line, plugin_args
 from preflight.errors import UsageError
@@ -34,6 +35,7 @@ from preflight.options import (
     seconds,
 )
 from preflight.parse.quantity import parse_param_count
+from preflight.probe.job_torch import JobTorch
 from preflight.report.redact import redact_text
 from preflight.rehearse import checks as rehearse_checks
 from preflight.settings import Settings
@@ -142,7 +144,16 @@ def usable_cores() -> int:
         return os.cpu_count() or 1
 
 
-def node_capacity(python: str) -> tuple[int, int]:
+class Capacity(NamedTuple):
+    """What the plan needs of the node: the GPUs the job's torch sees, the cores this process may use, and the
+    job's torch answer itself (the run then reuses it instead of asking the interpreter again)."""
+
+    gpus: int
+    cores: int
+    torch: JobTorch | None = None
+
+
+def node_capacity(python: str) -> Capacity:
     """GPUs the job's torch sees in the job's interpreter (what --nproc-per-node=gpu would start) and the cores
     this process may use. An interpreter that does not answer as Python does is bad input; one without torch is
     the job's own failure, which the launch shows."""
@@ -152,7 +163,7 @@ def node_capacity(python: str) -> tuple[int, int]:
     torch = read_job_torch(Transports(python=python))
     if torch.problem and not torch.problem.startswith("import torch failed"):
         raise UsageError(f"the job's interpreter {python} did not answer preflight's torch probe: {torch.problem}")
-    return torch.gpus, usable_cores()
+    return Capacity(torch.gpus, usable_cores(), torch)
 
 
 def check_step_function(script: Path, name: str) -> None:
@@ -169,7 +180,7 @@ def check_step_function(script: Path, name: str) -> None:
         raise UsageError(f"--step-function {name}: {script.name} defines no function of that name")
 
 
-def make_plan(argv: list[str], cwd: Path, node: Callable[[str], tuple[int, int]] = node_capacity,
+def make_plan(argv: list[str], cwd: Path, node: Callable[[str], Capacity] = node_capacity,
               announce: Callable[[str], None] | None = None) -> tuple[RehearsalPlan, argparse.Namespace]:
     """Validate everything the user gave, before anything runs (the cheap checks before torch loads;
     ``announce`` hears what is asked of the job's interpreter before it is asked)."""
@@ -188,7 +199,7 @@ def make_plan(argv: list[str], cwd: Path, node: Callable[[str], tuple[int, int]]
         _check_junit_path(Path(args.junitxml).resolve())
     if announce is not None:
         announce(f"preflight rehearse: asking {python} how many GPUs the job's torch sees...")
-    gpus, cores = node(python)
+    gpus, cores, torch = node(python)
     capacity = launcher_sizes(command.nproc_per_node, gpus, cores) or gpus or min(CPU_RANKS, cores)
     sizes = args.nproc or default_sizes(capacity)
     check_sizes(sizes, gpus, cores)
@@ -199,7 +210,8 @@ def make_plan(argv: list[str], cwd: Path, node: Callable[[str], tuple[int, int]]
         model_params=args.model_params, grad_bytes=args.grad_bytes, strategy=args.strategy,
         price_per_hour=args.price_per_hour, busbw_gbps=busbw, busbw_source=source, sweep=not args.no_sweep,
         keep_going=args.keep_going, launch_command=tuple(tail) if command.nproc_per_node is not None else (),
-        python=python, cpu_cores=cores, step_function=args.step_function, measure_for_s=args.measure_for)
+        python=python, cpu_cores=cores, step_function=args.step_function, measure_for_s=args.measure_for,
+        job_torch=torch)
     return plan, args
 
 
@@ -255,7 +267,7 @@ def main(argv: list[str]) -> int:
     report_json = report_dir / "preflight.json"
     report_json.unlink(missing_ok=True)
     session = RehearsalSession(plan, report_dir)
-    run = PreflightRun(run_settings(plan, args, report_dir))
+    run = PreflightRun(run_settings(plan, args, report_dir), job_torch=plan.job_torch)
     code, errors = _run_pytest(pytest_argv(args, report_dir), plugins=[session, run])
     if code == pytest.ExitCode.USAGE_ERROR:
         raise UsageError(_usage_line(errors))

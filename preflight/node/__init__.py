@@ -197,6 +197,11 @@ class Node:
         (the probe child is asked only if the launch ends without it); False when already asked."""
         return self._torch.from_launch(answer, running)
 
+    def torch_known(self, answer: JobTorch, source: str) -> bool:
+        """The job's torch was already asked in this process (by ``source``): no probe child asks it again.
+        False when an answer was already on its way (a fake transport's, or a launch's)."""
+        return self._torch.known(answer, source)
+
     def ask_torch(self) -> None:
         """No launch will answer: ask the probe child now, beside the rest of the run."""
         self._torch.probe()

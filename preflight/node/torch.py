@@ -149,6 +149,11 @@ class JobTorchAnswer:
         """Ask the probe child now (unless an answer is already on its way)."""
         return self._start("probe", lambda: read_job_torch(self._transports, self._left()))
 
+    def known(self, answer: JobTorch, source: str) -> bool:
+        """The caller already asked this interpreter in this process (``preflight rehearse`` counts the job's
+        GPUs before the run starts): that answer is the run's; False when one was already on its way."""
+        return self._start(source, lambda: answer)
+
     def from_launch(self, answer: Path, running: Callable[[], bool]) -> bool:
         """Let the launch's rank 0 answer in ``answer``; the probe child is asked after all when the
         launch ends without it or the deadline nears. False when the probe was already asked."""

@@ -22,12 +22,13 @@ import shlex
 import shutil
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from preflight.errors import UsageError
 from preflight.inputs import not_a_file, read_bytes, shown
+from preflight.probe.job_torch import JobTorch
 
 DEFAULT_WARMUP = 5
 DEFAULT_STEPS = 50
@@ -69,6 +70,7 @@ class RehearsalPlan:
     cpu_cores: int = 0  # the cores this process may use (CPU ranks share them)
     step_function: str | None = None  # the script's function whose calls are its steps
     measure_for_s: float = DEFAULT_MEASURE_FOR_S  # the longest a size's window grows while its spread is unknown
+    job_torch: JobTorch | None = field(default=None, compare=False, repr=False)  # as asked to count the GPUs
 
     @property
     def target(self) -> int:
