@@ -322,7 +322,7 @@ def test_a_hostile_script_is_cleaned_up_after_and_loses_nothing(tmp_path: Path) 
     assert "the script left running" in one["summary"] and "removed the rehearsal's files" in one["summary"]
     assert "rank 0 printed 67 MB" in one["summary"]
     assert "fork of a rank" in one["evidence"]["processes stopped when the launch ended"]
-    assert size(report, 1)["stopped"] and size(report, 1)["steps_reached"][0] > 5
+    assert size(report["rehearsal"], 1)["stopped"] and size(report["rehearsal"], 1)["steps_reached"][0] > 5
     log = tmp_path / REPORTS / LOGS / "rehearse-1ranks" / "rank0.log"
     assert log.stat().st_size < 17 * 2**20 and log.stat().st_mode & 0o777 == 0o600
     assert log.parent.stat().st_mode & 0o777 == 0o700
@@ -433,7 +433,7 @@ def test_a_full_disk_does_not_stop_the_rank_from_stopping_at_its_step(tmp_path: 
     assert "rc=0" in text, text + result.stderr
     report = json.loads(text[text.index("rc=0") + 4:])
     verdict = check(report, "test_rehearsal_size[ranks1]")
-    assert verdict["status"] == "PASS" and size(report, 1)["steps_reached"][0] >= 5, verdict["summary"]
+    assert verdict["status"] == "PASS" and size(report["rehearsal"], 1)["steps_reached"][0] >= 5, verdict["summary"]
 
 
 def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(
