@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -313,9 +314,11 @@ MANUAL = str(SCRIPTS / "manual_sgd.py")
 def test_a_hostile_script_is_cleaned_up_after_and_loses_nothing(tmp_path: Path) -> None:
     """Daemons (setsid double-fork, an empty-environment sleeper), a Pool whose tasks ignore SIGTERM, 64 MB
     printed and the report directory deleted by the script: all stopped and named, the log kept (cut),
-    the figures read through preflight's own handles."""
-    result, report = rehearse(tmp_path, "--nproc", "1", *SHORT, "--", FAULTS, "--daemon", "--pool",
-                              "--print-mb", "64", "--delete", "reports", "--at-step", "3")
+    the figures read through preflight's own handles. The daemons sleep for a time of this test's own, so
+    another test's process is never taken for one of them."""
+    sleep_s = f"600.{secrets.randbelow(10**6):06d}"  # unique on this machine: `sleep` takes a fraction
+    result, report = rehearse(tmp_path, "--nproc", "1", *SHORT, "--", FAULTS, "--daemon", "--daemon-for", sleep_s,
+                              "--pool", "--print-mb", "64", "--delete", "reports", "--at-step", "3")
     assert report is not None and result.returncode == 0, result.stdout + result.stderr
     one = check(report, "test_rehearsal_size[ranks1]")
     assert one["status"] == "PASS", one["summary"]
@@ -327,9 +330,9 @@ def test_a_hostile_script_is_cleaned_up_after_and_loses_nothing(tmp_path: Path) 
     assert log.stat().st_size < 17 * 2**20 and log.stat().st_mode & 0o777 == 0o600
     assert log.parent.stat().st_mode & 0o777 == 0o700
     assert_nothing_left(tmp_path)
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[-1:] in (["600"], ["601"])
-                 and "sleep" in " ".join(p.info["cmdline"])]
-    assert not leftovers
+    leftovers = [" ".join(p.info["cmdline"]) for p in psutil.process_iter(["cmdline", "status"])
+                 if sleep_s in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert not leftovers  # the sleeper and the forked daemon carry the time in their command lines
 
 
 def test_os_exit_at_step_5_is_named_with_its_code_and_where(tmp_path: Path) -> None:
