@@ -338,7 +338,7 @@ def test_a_hostile_script_is_cleaned_up_after_and_loses_nothing(tmp_path: Path) 
 def test_os_exit_at_step_5_is_named_with_its_code_and_where(tmp_path: Path) -> None:
     run, verdict = launched(tmp_path, FAULTS, "--os-exit", "3", "--at-step", "5")
     assert verdict.code == "REHEARSAL_CRASHED", verdict.summary
-    assert verdict.summary == "1 rank: rank 0 called os._exit(3) at faults.py:117 (os._exit(args.os_exit)) after step 5"
+    assert verdict.summary == "1 rank: rank 0 called os._exit(3) at faults.py:118 (os._exit(args.os_exit)) after step 5"
 
 
 def test_a_rank_frozen_with_the_gil_held_is_named_and_the_wait_is_shown_live(tmp_path: Path) -> None:
@@ -371,7 +371,7 @@ def test_a_rank_killed_by_sigkill_is_named_as_the_oom_killers(tmp_path: Path) ->
 def test_a_script_written_for_gpus_rehearsed_on_cpu_says_where_it_needs_cuda(tmp_path: Path) -> None:
     run, verdict = launched(tmp_path, FAULTS, "--needs-cuda")
     assert verdict.code == "REHEARSAL_NEEDS_GPU", verdict.summary
-    assert verdict.summary.startswith("1 rank: this script calls torch.cuda.set_device at faults.py:84")
+    assert verdict.summary.startswith("1 rank: this script calls torch.cuda.set_device at faults.py:85")
     assert "rehearse it on a GPU node" in verdict.summary
 
 

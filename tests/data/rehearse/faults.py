@@ -8,9 +8,8 @@
 - ``--delete DIR``: ``shutil.rmtree(DIR)`` (a script cleaning up "its" reports directory);
 - ``--fill-disk FILE``: writes FILE until the disk is full (ENOSPC), then trains on;
 - ``--print-mb N``: prints N MB at the first step;
-- ``--daemon``: rank 0 double-forks a ``setsid`` daemon (it keeps the environment) and starts a
-  ``setsid`` sleeper with an empty environment, both sleeping for ``--daemon-for`` seconds (default ten
-  minutes; a test gives a time of its own, so it can tell its sleepers from anyone else's);
+- ``--daemon``: rank 0 double-forks a ``setsid`` daemon (it keeps the environment) and starts a ``setsid``
+  sleeper with an empty environment, both sleeping ``--daemon-for`` seconds (default 600, a test's own);
 - ``--pool``: rank 0 starts a ``multiprocessing.Pool`` whose tasks ignore SIGTERM and never end;
 - ``--idle-rank R``: rank R returns at once (with ``--no-ddp`` the others train alone);
 - ``--needs-cuda``: ``torch.cuda.set_device(LOCAL_RANK)`` first, as scripts written for GPUs do;
