@@ -96,17 +96,6 @@ def test_a_crash_names_its_phase_and_rank_and_the_later_phases_did_not_run(crash
     assert verdict is not None and verdict.code == "TWO_RANK_CRASHED" and "rank 1" in verdict.summary
 
 
-def test_a_hang_past_the_phase_budget_is_named_and_leaves_no_process(tmp_path: Path) -> None:
-    result = launch_phases(_phases(("hang", "0"), budget_s=5), nproc=2, run_dir=tmp_path)
-    two = result.phase("two")
-    assert two.timed_out and two.ranks_in("hung") and not two.cut
-    assert "rank 0 at 'sleeping on purpose'" in two.describe()
-    assert result.phase("three").state == "not_run" and result.phase("one").ok
-    verdict = judge_launch_failure(two, "two")
-    assert verdict is not None and verdict.code == "TWO_RANK_HUNG"
-    assert not _alive(_rank_pids(tmp_path))
-
-
 def test_the_rehearsal_relaunches_the_phases_after_a_broken_one(crashed_rehearsal: CrashedRehearsal) -> None:
     answers = crashed_rehearsal.answers
     assert answers["one"].ok
@@ -117,6 +106,17 @@ def test_the_rehearsal_relaunches_the_phases_after_a_broken_one(crashed_rehearsa
         assert later.ok, later.describe()
         assert later.launch_name == "rehearsal" and later.run_dir.name == "rehearsal-relaunch"
     assert "relaunched after phase two broke" in (answers["three"].run_dir / "relaunch.txt").read_text()
+
+
+def test_a_hang_past_the_phase_budget_is_named_and_leaves_no_process(tmp_path: Path) -> None:
+    result = launch_phases(_phases(("hang", "0"), budget_s=5), nproc=2, run_dir=tmp_path)
+    two = result.phase("two")
+    assert two.timed_out and two.ranks_in("hung") and not two.cut
+    assert "rank 0 at 'sleeping on purpose'" in two.describe()
+    assert result.phase("three").state == "not_run" and result.phase("one").ok
+    verdict = judge_launch_failure(two, "two")
+    assert verdict is not None and verdict.code == "TWO_RANK_HUNG"
+    assert not _alive(_rank_pids(tmp_path))
 
 
 def test_the_runs_deadline_cuts_a_phase_and_it_is_not_called_a_hang(tmp_path: Path) -> None:

@@ -186,6 +186,32 @@ def test_a_seed_style_ddp_script_on_one_and_two_gloo_ranks(seed_runs: tuple[Path
     assert_nothing_left(cwd)
 
 
+def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(
+        seed_runs: tuple[Path, list[SeedRun]]) -> None:
+    """On this 2-core machine two gloo ranks share the cores: the scaling is not measurable, every time.
+    The output is preflight's (no pytest progress, the verdict once) and the reports go to
+    reports/rehearse, beside an earlier node report that stays as it was."""
+    cwd, seeds = seed_runs
+    runs = [(run.result, run.report) for run in seeds]
+    verdicts = [(report or {}).get("verdict") for _, report in runs]
+    assert verdicts[0] == verdicts[1] == "READY", [r.stdout for r, _ in runs]
+    for result, report in runs:
+        assert report is not None
+        scaling = check(report, "test_rehearsal_scaling")
+        if (os.cpu_count() or 0) <= 2:
+            assert scaling["status"] == "SKIP" and scaling["summary"].startswith("not measurable on this machine")
+        out = result.stdout
+        assert "[100%]" not in out and " passed" not in out and "..W" not in out
+        assert out.splitlines()[0].startswith("preflight rehearse: asking ")
+        assert sum(1 for line in out.splitlines() if line.strip() == "READY") == 1
+        assert "ranks  first step" in out
+        # A phase line is printed only after 2 s of silence (report/live.py): whether start-up lasts that long
+        # depends on the machine's load, so only its form is asserted, for whichever phases were shown.
+        phases = [line for line in out.splitlines() if line.startswith("  > rehearse 2 ranks: ")]
+        assert all(" (2 ranks, budget " in line for line in phases), phases
+    assert (cwd / "reports" / "preflight.json").read_text() == NODE_REPORT
+
+
 def test_a_crash_at_step_3_on_rank_1_names_rank_1_and_its_error(tmp_path: Path) -> None:
     result, report = rehearse(tmp_path, "--nproc", "2", *SHORT, "--", SEED, "--crash-at-step", "3", "--fault-rank", "1")
     assert report is not None and result.returncode == 1, result.stdout + result.stderr
@@ -437,29 +463,3 @@ def test_a_full_disk_does_not_stop_the_rank_from_stopping_at_its_step(tmp_path: 
     report = json.loads(text[text.index("rc=0") + 4:])
     verdict = check(report, "test_rehearsal_size[ranks1]")
     assert verdict["status"] == "PASS" and size(report["rehearsal"], 1)["steps_reached"][0] >= 5, verdict["summary"]
-
-
-def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(
-        seed_runs: tuple[Path, list[SeedRun]]) -> None:
-    """On this 2-core machine two gloo ranks share the cores: the scaling is not measurable, every time.
-    The output is preflight's (no pytest progress, the verdict once) and the reports go to
-    reports/rehearse, beside an earlier node report that stays as it was."""
-    cwd, seeds = seed_runs
-    runs = [(run.result, run.report) for run in seeds]
-    verdicts = [(report or {}).get("verdict") for _, report in runs]
-    assert verdicts[0] == verdicts[1] == "READY", [r.stdout for r, _ in runs]
-    for result, report in runs:
-        assert report is not None
-        scaling = check(report, "test_rehearsal_scaling")
-        if (os.cpu_count() or 0) <= 2:
-            assert scaling["status"] == "SKIP" and scaling["summary"].startswith("not measurable on this machine")
-        out = result.stdout
-        assert "[100%]" not in out and " passed" not in out and "..W" not in out
-        assert out.splitlines()[0].startswith("preflight rehearse: asking ")
-        assert sum(1 for line in out.splitlines() if line.strip() == "READY") == 1
-        assert "ranks  first step" in out
-        # A phase line is printed only after 2 s of silence (report/live.py): whether start-up lasts that long
-        # depends on the machine's load, so only its form is asserted, for whichever phases were shown.
-        phases = [line for line in out.splitlines() if line.startswith("  > rehearse 2 ranks: ")]
-        assert all(" (2 ranks, budget " in line for line in phases), phases
-    assert (cwd / "reports" / "preflight.json").read_text() == NODE_REPORT
