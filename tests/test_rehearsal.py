@@ -35,9 +35,9 @@ def _importable_tests() -> Iterator[None]:
         yield
 
 
-def _phases(fault: tuple[str, str] | None = None, at: str = "two", budget_s: float = 60.0) -> list[Phase]:
-    return [Phase(name, COLLECTIVE, fault if (fault and name == at) else (), budget_s=budget_s)
-            for name in ("one", "two", "three")]
+def _phases(fault: tuple[str, str] | None = None, at: str = "two", budget_s: float = 60.0,
+            names: tuple[str, ...] = ("one", "two", "three")) -> list[Phase]:
+    return [Phase(name, COLLECTIVE, fault if (fault and name == at) else (), budget_s=budget_s) for name in names]
 
 
 def _alive(pids: list[int]) -> list[int]:
@@ -48,48 +48,64 @@ def _rank_pids(run_dir: Path) -> list[int]:
     return [json.loads(p.read_text())["pid"] for p in run_dir.glob("rank*.pid")]
 
 
+FIVE = ("one", "two", "three", "four", "five")
+
+
 @dataclass(frozen=True, slots=True)
 class CrashedRehearsal:
-    """A rehearsal whose phase two crashed on rank 1: the main launch as the launcher ended it, and the
-    rehearsal's answers for every phase (phase three from the relaunch)."""
+    """A rehearsal of five phases whose phase two crashed on rank 1: the main launch and the relaunch (of
+    phases three to five) as the launcher ended them, and the rehearsal's answers for every phase."""
 
     first: LaunchResult
+    relaunch: LaunchResult
     answers: dict[str, PhaseResult]
 
 
 @pytest.fixture(scope="module")
 def crashed_rehearsal(tmp_path_factory: pytest.TempPathFactory) -> CrashedRehearsal:
-    """One rehearsal (two launches) for two tests: the crash as the first launch reports it, and the
-    relaunch of the phase it left unrun."""
-    plan = LaunchPlan("rehearsal", tuple(_phases(("crash", "1"))), 2)
+    """One rehearsal (two launches) for three tests: the crash as the first launch reports it, the relaunch
+    of the phases it left unrun, and that relaunch as a clean launch of three phases."""
+    plan = LaunchPlan("rehearsal", tuple(_phases(("crash", "1"), names=FIVE)), 2)
     rehearsal = Rehearsal(plan, tmp_path_factory.mktemp("crashed") / "logs", Budget(lambda: 600.0, 600.0))
     rehearsal.start()
     rehearsal.open_gate()
     try:
-        answers = {name: rehearsal.phase(name) for name in ("one", "two", "three")}
+        answers = {name: rehearsal.phase(name) for name in FIVE}
     finally:
         rehearsal.close()
-    first = rehearsal._runs[0].result[0]  # the main launch's own result: its phase three before the relaunch
-    return CrashedRehearsal(first, answers)
+    first, relaunch = (running.result[0] for running in rehearsal._runs)  # each launch's own result
+    return CrashedRehearsal(first, relaunch, answers)
 
 
-def test_every_phase_runs_in_one_process_group(tmp_path: Path) -> None:
-    result = launch_phases(_phases(), nproc=2, run_dir=tmp_path)
+def test_every_phase_runs_in_one_process_group(crashed_rehearsal: CrashedRehearsal) -> None:
+    result = crashed_rehearsal.relaunch  # a launch of its own: the three phases the crash left unrun
     assert result.ok, [p.describe() for p in result.phases]
-    assert [p.phase for p in result.phases] == ["one", "two", "three"]
+    assert [p.phase for p in result.phases] == ["three", "four", "five"]
     assert all(r.values["sum"] == 1.0 for p in result.phases for r in p.outputs(OtherResult))
     # one launch: one pid per rank for all three phases
     pids = {r.result.device.pid for p in result.phases for r in p.ranks if r.result is not None}
-    assert len(_rank_pids(tmp_path)) == 2 and len(pids) == 2
+    assert len(_rank_pids(result.run_dir)) == 2 and len(pids) == 2
 
 
 def test_a_crash_names_its_phase_and_rank_and_the_later_phases_did_not_run(crashed_rehearsal: CrashedRehearsal) -> None:
-    one, two, three = crashed_rehearsal.first.phases
-    assert one.ok and not two.ok and three.state == "not_run"
+    one, two, three, *later = crashed_rehearsal.first.phases
+    assert one.ok and not two.ok and three.state == "not_run" and all(p.state == "not_run" for p in later)
     assert two.root_cause() == 1 and "injected crash on rank 1" in two.describe()
     assert "phase two broke the launch first" in three.reason
     verdict = judge_launch_failure(two, "two")
     assert verdict is not None and verdict.code == "TWO_RANK_CRASHED" and "rank 1" in verdict.summary
+
+
+def test_the_rehearsal_relaunches_the_phases_after_a_broken_one(crashed_rehearsal: CrashedRehearsal) -> None:
+    answers = crashed_rehearsal.answers
+    assert answers["one"].ok
+    two = answers["two"]
+    assert two.state == "broken" and two.root_cause() == 1
+    for name in ("three", "four", "five"):
+        later = answers[name]
+        assert later.ok, later.describe()
+        assert later.launch_name == "rehearsal" and later.run_dir.name == "rehearsal-relaunch"
+    assert "relaunched after phase two broke" in (answers["three"].run_dir / "relaunch.txt").read_text()
 
 
 def test_a_hang_past_the_phase_budget_is_named_and_leaves_no_process(tmp_path: Path) -> None:
@@ -101,17 +117,6 @@ def test_a_hang_past_the_phase_budget_is_named_and_leaves_no_process(tmp_path: P
     verdict = judge_launch_failure(two, "two")
     assert verdict is not None and verdict.code == "TWO_RANK_HUNG"
     assert not _alive(_rank_pids(tmp_path))
-
-
-def test_the_rehearsal_relaunches_the_phases_after_a_broken_one(crashed_rehearsal: CrashedRehearsal) -> None:
-    answers = crashed_rehearsal.answers
-    assert answers["one"].ok
-    two = answers["two"]
-    assert two.state == "broken" and two.root_cause() == 1
-    three = answers["three"]
-    assert three.ok, three.describe()
-    assert three.launch_name == "rehearsal" and three.run_dir.name == "rehearsal-relaunch"
-    assert "relaunched after phase two broke" in (three.run_dir / "relaunch.txt").read_text()
 
 
 def test_the_runs_deadline_cuts_a_phase_and_it_is_not_called_a_hang(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import signal
 import subprocess
 import sys
@@ -185,6 +186,32 @@ def test_a_seed_style_ddp_script_on_one_and_two_gloo_ranks(seed_runs: tuple[Path
     assert_nothing_left(cwd)
 
 
+def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(
+        seed_runs: tuple[Path, list[SeedRun]]) -> None:
+    """On this 2-core machine two gloo ranks share the cores: the scaling is not measurable, every time.
+    The output is preflight's (no pytest progress, the verdict once) and the reports go to
+    reports/rehearse, beside an earlier node report that stays as it was."""
+    cwd, seeds = seed_runs
+    runs = [(run.result, run.report) for run in seeds]
+    verdicts = [(report or {}).get("verdict") for _, report in runs]
+    assert verdicts[0] == verdicts[1] == "READY", [r.stdout for r, _ in runs]
+    for result, report in runs:
+        assert report is not None
+        scaling = check(report, "test_rehearsal_scaling")
+        if (os.cpu_count() or 0) <= 2:
+            assert scaling["status"] == "SKIP" and scaling["summary"].startswith("not measurable on this machine")
+        out = result.stdout
+        assert "[100%]" not in out and " passed" not in out and "..W" not in out
+        assert out.splitlines()[0].startswith("preflight rehearse: asking ")
+        assert sum(1 for line in out.splitlines() if line.strip() == "READY") == 1
+        assert "ranks  first step" in out
+        # A phase line is printed only after 2 s of silence (report/live.py): whether start-up lasts that long
+        # depends on the machine's load, so only its form is asserted, for whichever phases were shown.
+        phases = [line for line in out.splitlines() if line.startswith("  > rehearse 2 ranks: ")]
+        assert all(" (2 ranks, budget " in line for line in phases), phases
+    assert (cwd / "reports" / "preflight.json").read_text() == NODE_REPORT
+
+
 def test_a_crash_at_step_3_on_rank_1_names_rank_1_and_its_error(tmp_path: Path) -> None:
     result, report = rehearse(tmp_path, "--nproc", "2", *SHORT, "--", SEED, "--crash-at-step", "3", "--fault-rank", "1")
     assert report is not None and result.returncode == 1, result.stdout + result.stderr
@@ -313,29 +340,31 @@ MANUAL = str(SCRIPTS / "manual_sgd.py")
 def test_a_hostile_script_is_cleaned_up_after_and_loses_nothing(tmp_path: Path) -> None:
     """Daemons (setsid double-fork, an empty-environment sleeper), a Pool whose tasks ignore SIGTERM, 64 MB
     printed and the report directory deleted by the script: all stopped and named, the log kept (cut),
-    the figures read through preflight's own handles."""
-    result, report = rehearse(tmp_path, "--nproc", "1", *SHORT, "--", FAULTS, "--daemon", "--pool",
-                              "--print-mb", "64", "--delete", "reports", "--at-step", "3")
+    the figures read through preflight's own handles. The daemons sleep for a time of this test's own, so
+    another test's process is never taken for one of them."""
+    sleep_s = f"600.{secrets.randbelow(10**6):06d}"  # unique on this machine: `sleep` takes a fraction
+    result, report = rehearse(tmp_path, "--nproc", "1", *SHORT, "--", FAULTS, "--daemon", "--daemon-for", sleep_s,
+                              "--pool", "--print-mb", "64", "--delete", "reports", "--at-step", "3")
     assert report is not None and result.returncode == 0, result.stdout + result.stderr
     one = check(report, "test_rehearsal_size[ranks1]")
     assert one["status"] == "PASS", one["summary"]
     assert "the script left running" in one["summary"] and "removed the rehearsal's files" in one["summary"]
     assert "rank 0 printed 67 MB" in one["summary"]
     assert "fork of a rank" in one["evidence"]["processes stopped when the launch ended"]
-    assert size(report, 1)["stopped"] and size(report, 1)["steps_reached"][0] > 5
+    assert size(report["rehearsal"], 1)["stopped"] and size(report["rehearsal"], 1)["steps_reached"][0] > 5
     log = tmp_path / REPORTS / LOGS / "rehearse-1ranks" / "rank0.log"
     assert log.stat().st_size < 17 * 2**20 and log.stat().st_mode & 0o777 == 0o600
     assert log.parent.stat().st_mode & 0o777 == 0o700
     assert_nothing_left(tmp_path)
-    leftovers = [p for p in psutil.process_iter(["cmdline"]) if (p.info["cmdline"] or [""])[-1:] in (["600"], ["601"])
-                 and "sleep" in " ".join(p.info["cmdline"])]
-    assert not leftovers
+    leftovers = [" ".join(p.info["cmdline"]) for p in psutil.process_iter(["cmdline", "status"])
+                 if sleep_s in (p.info["cmdline"] or []) and p.info["status"] != psutil.STATUS_ZOMBIE]
+    assert not leftovers  # the sleeper and the forked daemon carry the time in their command lines
 
 
 def test_os_exit_at_step_5_is_named_with_its_code_and_where(tmp_path: Path) -> None:
     run, verdict = launched(tmp_path, FAULTS, "--os-exit", "3", "--at-step", "5")
     assert verdict.code == "REHEARSAL_CRASHED", verdict.summary
-    assert verdict.summary == "1 rank: rank 0 called os._exit(3) at faults.py:117 (os._exit(args.os_exit)) after step 5"
+    assert verdict.summary == "1 rank: rank 0 called os._exit(3) at faults.py:118 (os._exit(args.os_exit)) after step 5"
 
 
 def test_a_rank_frozen_with_the_gil_held_is_named_and_the_wait_is_shown_live(tmp_path: Path) -> None:
@@ -368,7 +397,7 @@ def test_a_rank_killed_by_sigkill_is_named_as_the_oom_killers(tmp_path: Path) ->
 def test_a_script_written_for_gpus_rehearsed_on_cpu_says_where_it_needs_cuda(tmp_path: Path) -> None:
     run, verdict = launched(tmp_path, FAULTS, "--needs-cuda")
     assert verdict.code == "REHEARSAL_NEEDS_GPU", verdict.summary
-    assert verdict.summary.startswith("1 rank: this script calls torch.cuda.set_device at faults.py:84")
+    assert verdict.summary.startswith("1 rank: this script calls torch.cuda.set_device at faults.py:85")
     assert "rehearse it on a GPU node" in verdict.summary
 
 
@@ -433,30 +462,4 @@ def test_a_full_disk_does_not_stop_the_rank_from_stopping_at_its_step(tmp_path: 
     assert "rc=0" in text, text + result.stderr
     report = json.loads(text[text.index("rc=0") + 4:])
     verdict = check(report, "test_rehearsal_size[ranks1]")
-    assert verdict["status"] == "PASS" and size(report, 1)["steps_reached"][0] >= 5, verdict["summary"]
-
-
-def test_two_rehearsals_in_a_row_give_the_same_verdict_in_preflights_own_words(
-        seed_runs: tuple[Path, list[SeedRun]]) -> None:
-    """On this 2-core machine two gloo ranks share the cores: the scaling is not measurable, every time.
-    The output is preflight's (no pytest progress, the verdict once) and the reports go to
-    reports/rehearse, beside an earlier node report that stays as it was."""
-    cwd, seeds = seed_runs
-    runs = [(run.result, run.report) for run in seeds]
-    verdicts = [(report or {}).get("verdict") for _, report in runs]
-    assert verdicts[0] == verdicts[1] == "READY", [r.stdout for r, _ in runs]
-    for result, report in runs:
-        assert report is not None
-        scaling = check(report, "test_rehearsal_scaling")
-        if (os.cpu_count() or 0) <= 2:
-            assert scaling["status"] == "SKIP" and scaling["summary"].startswith("not measurable on this machine")
-        out = result.stdout
-        assert "[100%]" not in out and " passed" not in out and "..W" not in out
-        assert out.splitlines()[0].startswith("preflight rehearse: asking ")
-        assert sum(1 for line in out.splitlines() if line.strip() == "READY") == 1
-        assert "ranks  first step" in out
-        # A phase line is printed only after 2 s of silence (report/live.py): whether start-up lasts that long
-        # depends on the machine's load, so only its form is asserted, for whichever phases were shown.
-        phases = [line for line in out.splitlines() if line.startswith("  > rehearse 2 ranks: ")]
-        assert all(" (2 ranks, budget " in line for line in phases), phases
-    assert (cwd / "reports" / "preflight.json").read_text() == NODE_REPORT
+    assert verdict["status"] == "PASS" and size(report["rehearsal"], 1)["steps_reached"][0] >= 5, verdict["summary"]

@@ -8,8 +8,8 @@
 - ``--delete DIR``: ``shutil.rmtree(DIR)`` (a script cleaning up "its" reports directory);
 - ``--fill-disk FILE``: writes FILE until the disk is full (ENOSPC), then trains on;
 - ``--print-mb N``: prints N MB at the first step;
-- ``--daemon``: rank 0 double-forks a ``setsid`` daemon (it keeps the environment) and starts a
-  ``setsid`` sleeper with an empty environment, both sleeping for ten minutes;
+- ``--daemon``: rank 0 double-forks a ``setsid`` daemon (it keeps the environment) and starts a ``setsid``
+  sleeper with an empty environment, both sleeping ``--daemon-for`` seconds (default 600, a test's own);
 - ``--pool``: rank 0 starts a ``multiprocessing.Pool`` whose tasks ignore SIGTERM and never end;
 - ``--idle-rank R``: rank R returns at once (with ``--no-ddp`` the others train alone);
 - ``--needs-cuda``: ``torch.cuda.set_device(LOCAL_RANK)`` first, as scripts written for GPUs do;
@@ -39,13 +39,13 @@ def _ignore_term_forever(_):
     time.sleep(3600)
 
 
-def _daemons():
+def _daemons(seconds):
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
-            time.sleep(600)
+            time.sleep(float(seconds))
         os._exit(0)
-    subprocess.Popen(["setsid", "sleep", "601"], env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+    subprocess.Popen(["setsid", "sleep", seconds], env={}, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                      stderr=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -71,6 +71,7 @@ def main():
     parser.add_argument("--fill-disk", default=None)
     parser.add_argument("--print-mb", type=int, default=0)
     parser.add_argument("--daemon", action="store_true")
+    parser.add_argument("--daemon-for", default="600")
     parser.add_argument("--pool", action="store_true")
     parser.add_argument("--idle-rank", type=int, default=None)
     parser.add_argument("--needs-cuda", action="store_true")
@@ -95,7 +96,7 @@ def main():
     x, y = torch.randn(8, 16), torch.randn(8, 1)
     pool = None
     if rank == 0 and args.daemon:
-        _daemons()
+        _daemons(args.daemon_for)
     if rank == 0 and args.pool:
         pool = multiprocessing.get_context("fork").Pool(2)
         for _ in range(4):
