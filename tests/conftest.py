@@ -14,6 +14,7 @@ import torch  # noqa: F401 - loaded before pytester snapshots sys.modules: unloa
 import tests.fakes.fake_torch  # noqa: F401 - kept across pytester's inline runs (which unload what they import): its
 # cache of this machine's real torch answer (a child that imports torch, seconds) then lasts the session
 from tests.fakes.replayed_torch import ReplayTorchProbe
+from xdist.scheduler import LoadFileScheduling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Ranks start in their launch's own directory (a stray ./numpy must not shadow the job's): test-only
@@ -100,3 +101,15 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if item.get_closest_marker("e2e") is not None and item.get_closest_marker("subprocess") is None:
             item.add_marker(pytest.mark.subprocess)
     items.sort(key=lambda item: item.get_closest_marker("e2e") is None)  # stable: the long ones start first
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``-n auto`` hands each worker whole test files, in collection order (the end-to-end files first), one
+    file after another as workers free up. xdist's default hands the first quarter of the tests to one worker
+    as a block, which here is every end-to-end test: one worker then ran 13 minutes while the other idled
+    after 6. Whole files also keep a module's shared real run on one worker, made once. An explicit
+    ``--dist`` other than ``load`` is left as asked."""
+    if config.getoption("dist") != "load":
+        return None
+    config.option.loadscopereorder = False  # xdist would put the files with the most tests first
+    return LoadFileScheduling(config, log)
