@@ -240,8 +240,10 @@ def test_a_hang_at_step_2_on_rank_0_names_rank_0_and_where_it_stopped(tmp_path: 
 
 
 def test_a_script_that_never_steps_is_named_at_the_deadline(tmp_path: Path) -> None:
-    # The rank computes all the while (a loop without optimizer.step()): a short deadline keeps it cheap.
-    _, verdict = launched(tmp_path, SEED, "--no-step", "--epochs", "100000000", timeout_s=15.0)
+    # The rank computes all the while (a loop without optimizer.step()), resting between batches so that the
+    # wait for the deadline does not take a core from the other tests; a short deadline keeps it cheap.
+    _, verdict = launched(tmp_path, SEED, "--no-step", "--batch-sleep", "0.05", "--epochs", "100000000",
+                          timeout_s=15.0)
     assert verdict.code == "REHEARSAL_NO_STEP", verdict.summary
     seconds = re.search(r"no optimizer step in (\d+) s", verdict.summary)  # what it ran: the rank's own
     assert seconds and 10 <= int(seconds.group(1)) <= 15, verdict.summary  # deadline comes 2 s before ours
@@ -312,7 +314,7 @@ def test_a_zero2_script_with_deepspeed_counts_one_step_per_iteration(tmp_path: P
 def test_sigkill_of_preflight_leaves_no_rank_behind(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "rehearse", "--nproc", "2", *SHORT, "--timeout", "300",
-                             "--", SEED, "--no-step", "--epochs", "100000000"], cwd=tmp_path, env=env,
+                             "--", SEED, "--no-step", "--batch-sleep", "0.05", "--epochs", "100000000"], cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = tmp_path / REPORTS / LOGS / "rehearse-2ranks"
     until = time.monotonic() + 180

@@ -4,7 +4,8 @@ epoch is set, and a checkpoint written by rank 0 at the end of every epoch.
 The fault options put a real failure in the user's own loop, as a buggy script would have it:
 ``--crash-at-step N`` raises on ``--fault-rank``, ``--hang-at-step N`` sleeps there for good,
 ``--oom-at-step N`` asks the allocator for 256 TiB, ``--no-step`` never calls ``optimizer.step()``
-(it keeps computing until stopped), ``--max-steps N`` ends training early.
+(it keeps computing until stopped; ``--batch-sleep S`` rests S seconds after each batch, so a test
+that waits out a deadline does not spend a core on it), ``--max-steps N`` ends training early.
 """
 
 import argparse
@@ -30,6 +31,7 @@ def parse_args():
     parser.add_argument("--hang-at-step", type=int, default=0)
     parser.add_argument("--oom-at-step", type=int, default=0)
     parser.add_argument("--no-step", action="store_true")
+    parser.add_argument("--batch-sleep", type=float, default=0.0)
     parser.add_argument("--max-steps", type=int, default=0)
     return parser.parse_args()
 
@@ -61,6 +63,8 @@ def main():
             loss = F.mse_loss(ddp(x), y)
             optimizer.zero_grad()
             loss.backward()
+            if args.batch_sleep:
+                time.sleep(args.batch_sleep)
             if args.no_step:
                 continue
             optimizer.step()
