@@ -104,10 +104,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 
 def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """``-n auto`` hands each worker whole test files, in collection order (the end-to-end files first), one
-    file after another as workers free up. xdist's default hands the first quarter of the tests to one worker
-    as a block, which here is every end-to-end test: one worker then ran 13 minutes while the other idled
-    after 6. Whole files also keep a module's shared real run on one worker, made once. An explicit
+    """``-n N`` (``auto`` or any count) hands each worker whole test files, in collection order (the
+    end-to-end files first), one file after another as workers free up. xdist's default hands the first
+    quarter of the tests to one worker as a block, which here is every end-to-end test: one worker then ran
+    13 minutes while the other idled after 6. Whole files also keep a module's shared real run on one
+    worker, made once. An explicit
     ``--dist`` other than ``load`` is left as asked."""
     if config.getoption("dist") != "load":
         return None
