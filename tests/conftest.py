@@ -108,8 +108,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
     end-to-end files first), one file after another as workers free up. xdist's default hands the first
     quarter of the tests to one worker as a block, which here is every end-to-end test: one worker then ran
     13 minutes while the other idled after 6. Whole files also keep a module's shared real run on one
-    worker, made once. An explicit
-    ``--dist`` other than ``load`` is left as asked."""
+    worker, made once. An explicit ``--dist`` other than ``load`` is left as asked."""
     if config.getoption("dist") != "load":
         return None
     config.option.loadscopereorder = False  # xdist would put the files with the most tests first

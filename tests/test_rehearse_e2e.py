@@ -314,7 +314,8 @@ def test_a_zero2_script_with_deepspeed_counts_one_step_per_iteration(tmp_path: P
 def test_sigkill_of_preflight_leaves_no_rank_behind(tmp_path: Path) -> None:
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     proc = subprocess.Popen([sys.executable, "-m", "preflight", "rehearse", "--nproc", "2", *SHORT, "--timeout", "300",
-                             "--", SEED, "--no-step", "--batch-sleep", "0.05", "--epochs", "100000000"], cwd=tmp_path, env=env,
+                             "--", SEED, "--no-step", "--batch-sleep", "0.05", "--epochs", "100000000"],
+                            cwd=tmp_path, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run_dir = tmp_path / REPORTS / LOGS / "rehearse-2ranks"
     until = time.monotonic() + 180
