@@ -38,6 +38,7 @@ from preflight.probe.deepspeed_ops import (
     remove_stale_locks,
 )
 from preflight.probe.toolkit import probe_toolkit, probe_torch
+from tests.jit_cache import SHM_COMM, shm_comm_build
 
 pytestmark = pytest.mark.e2e
 BUILD_TIMEOUT_S = 1500.0  # a cold build of both CPU ops takes 2-4 min on a quiet core, far more on a loaded one
@@ -185,7 +186,13 @@ def repaired_copy(tmp_path_factory: pytest.TempPathFactory) -> RepairedCopy:
     root = tmp_path_factory.mktemp("damaged") / "root"
     folder = root / Path(warm.directory).name
     shutil.copytree(warm.directory, folder, symlinks=True)
-    library = folder / "deepspeed_shm_comm" / "deepspeed_shm_comm.so"
+    library = folder / SHM_COMM / f"{SHM_COMM}.so"
+    # The op's build files as this environment's torch leaves them, as in a cache this environment built: ninja
+    # then links the library again. Copied from a build made by another environment's torch (every new venv,
+    # so every CI run), they would make ninja compile both sources again, 80 CPU-s that test nothing here.
+    for item in shm_comm_build().iterdir():
+        if item.name not in (library.name, "lock"):  # torch's build lock, while a rank builds it too
+            shutil.copy2(item, library.parent / item.name)
     os.truncate(library, library.stat().st_size // 2)
     lock = _stale_baton(folder / "fused_adam")
     assert lock.exists()

@@ -3,7 +3,6 @@ tests/data/rehearse/, one verdict per failure kind, the reports, and nothing lef
 
 from __future__ import annotations
 
-import hashlib
 import importlib.util
 import json
 import os
@@ -28,6 +27,7 @@ from preflight.rehearse.plan import RehearsalPlan, busbw_from_report
 from preflight.rehearse.session import RehearsalSession, launch_size
 from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, TEST_DATA, validate_report
+from tests.jit_cache import extensions_cache
 
 pytestmark = pytest.mark.e2e
 SCRIPTS = TEST_DATA / "rehearse"
@@ -282,22 +282,14 @@ def test_an_fsdp2_script_on_two_ranks(tmp_path: Path) -> None:
     assert_nothing_left(tmp_path)
 
 
-def extensions_cache() -> str:
-    """Where the ranks' DeepSpeed JIT-builds its CPU comm op: ``$TORCH_EXTENSIONS_DIR``, else a cache of the tests'
-    own per environment (a build made by another virtual environment's torch is rebuilt, minutes of CPU)."""
-    prefix = hashlib.sha256(sys.prefix.encode()).hexdigest()[:12]
-    default = Path.home() / ".cache" / "preflight-tests" / "torch_extensions" / prefix
-    return os.environ.get("TORCH_EXTENSIONS_DIR") or str(default)
-
-
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="deepspeed is not installed")
 def test_a_zero2_script_with_deepspeed_counts_one_step_per_iteration(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
     """Two ranks: ZeRO-2 partitions the optimizer's state between them, and calls the inner optimizer once
     per parameter group in every iteration."""
-    # On CPU, deepspeed.init_distributed JIT-builds its shared-memory comm op (minutes the first
-    # time); a cache of our own keeps later runs fast.
-    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", extensions_cache())
+    # On CPU, deepspeed.init_distributed JIT-builds its shared-memory comm op (minutes the first time in an
+    # environment); the tests' own cache per environment (tests/jit_cache.py) keeps later runs fast.
+    monkeypatch.setenv("TORCH_EXTENSIONS_DIR", str(extensions_cache()))
     busbw, source = busbw_from_report(Path(fake_report(tmp_path)))  # --from-report
     section = rehearsed(tmp_path, str(SCRIPTS / "zero2_train.py"), "--iterations", "7", sizes=(2,), sweep=False,
                         busbw_gbps=busbw, busbw_source=source, timeout_s=900.0)
