@@ -105,11 +105,12 @@ def test_the_fsdp_phase_knows_the_cpu_rank_limit_the_judge_skips_on(version: str
 
 @pytest.mark.e2e
 def test_a_launch_planned_for_gpus_torch_cannot_use_is_stopped_and_the_checks_say_why(tmp_path: Path) -> None:
-    """8 GPUs in NVML, a CPU build of torch: the launch planned from NVML starts, then the rehearsal sees
-    the job's torch and stops it; the distributed checks skip as they did when the launch waited."""
+    """2 GPUs in NVML, a CPU build of torch: the launch planned from NVML starts, then the rehearsal sees
+    the job's torch and stops it; the distributed checks skip as they did when the launch waited. (Two GPUs,
+    not eight: the same start and stop, without six more ranks importing torch on this 2-core machine.)"""
     env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run([sys.executable, "-m", "preflight", "--report-dir", str(tmp_path), "-k", "ddp_step", "--",
-                           "-p", "tests.fakes.nvml_plugin", "--fake-nvml=8x-h100-sxm", "--fake-torch-cpu"],
+                           "-p", "tests.fakes.nvml_plugin", "--fake-nvml=2x-l4", "--fake-torch-cpu"],
                           capture_output=True, text=True, env=env, timeout=300)
     report = json.loads((tmp_path / "preflight.json").read_text())
     validate_report(report)
