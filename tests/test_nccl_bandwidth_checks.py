@@ -18,6 +18,7 @@ from tests.conftest import REPO_ROOT, validate_report
 pytestmark = pytest.mark.e2e
 
 CHECKS = str(REPO_ROOT / "checks" / "test_nccl_bandwidth.py")
+HANG_BUDGET_S = 10  # a phase's budget counts from the last rank's entry: a slow start on a loaded machine is not in it
 
 
 def run_checks(tmp_path: Path, *args: str, env: dict[str, str] | None = None, fake: bool = True) -> dict[str, Any]:
@@ -68,8 +69,8 @@ def test_expected_figure_far_above_the_measurement_fails(gloo_run: tuple[dict[st
 
 def test_hang_only_with_p2p_is_p2p_broken(tmp_path: Path) -> None:
     started = time.monotonic()
-    checks = run_checks(tmp_path, "--preflight-launch-timeout", "15", env={"PREFLIGHT_TEST_P2P": "hang"})
-    elapsed = time.monotonic() - started  # the hung run is called hung at the 15 s phase budget
+    checks = run_checks(tmp_path, "--preflight-launch-timeout", str(HANG_BUDGET_S), env={"PREFLIGHT_TEST_P2P": "hang"})
+    elapsed = time.monotonic() - started  # the hung run is called hung at the phase budget
     p2p = checks["test_nccl_p2p"]
     assert p2p["status"] == "FAIL" and p2p["code"] == "NCCL_P2P_BROKEN", p2p
     assert "hung (ranks" in p2p["summary"] and "NCCL_P2P_DISABLE=1 worked" in p2p["summary"]
@@ -77,7 +78,7 @@ def test_hang_only_with_p2p_is_p2p_broken(tmp_path: Path) -> None:
     assert "rank 1" in json.dumps(p2p["evidence"])
     bandwidth = checks["test_allreduce_bandwidth"]
     assert "measured with NCCL_P2P_DISABLE=1" in bandwidth["summary"]
-    assert elapsed < 15 + 90
+    assert elapsed < HANG_BUDGET_S + 90
 
 
 def test_p2p_slower_than_shared_memory_warns(tmp_path: Path) -> None:
