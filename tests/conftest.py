@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -13,13 +15,23 @@ import torch  # noqa: F401 - loaded before pytester snapshots sys.modules: unloa
 
 import tests.fakes.fake_torch  # noqa: F401 - kept across pytester's inline runs (which unload what they import): its
 # cache of this machine's real torch answer (a child that imports torch, seconds) then lasts the session
-from tests.fakes.replayed_torch import ReplayTorchProbe
+from tests.fakes.replayed_torch import STORE_ENV
 from xdist.scheduler import LoadFileScheduling
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 # Ranks start in their launch's own directory (a stray ./numpy must not shadow the job's): test-only
 # workers (tests.workers.*) and plugins (tests.fakes.*) are importable in every child by path.
 os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
+# Every pytest session of the suite (pytester's in-process runs, each child preflight or pytest that inherits
+# this environment) replays the torch probe's answer for a command and environment already asked: the same
+# answer, without a child importing torch in every run (tests/fakes/replayed_torch.py). The first process to
+# load this file (xdist's controller, before its workers start) makes the folder the session shares.
+REPLAY_PLUGIN = "tests.fakes.replayed_torch"
+_PLUGINS = [name for name in os.environ.get("PYTEST_PLUGINS", "").split(",") if name.strip()]
+os.environ["PYTEST_PLUGINS"] = ",".join([*_PLUGINS, *([] if REPLAY_PLUGIN in _PLUGINS else [REPLAY_PLUGIN])])
+_OWN_STORE = None if os.environ.get(STORE_ENV) else tempfile.mkdtemp(prefix="preflight-torch-answers-")
+if _OWN_STORE is not None:
+    os.environ[STORE_ENV] = _OWN_STORE
 TEST_DATA = Path(__file__).resolve().parent / "data"
 
 
@@ -64,13 +76,10 @@ def test_data() -> Path:
 pytest_plugins = ["pytester"]
 
 
-@pytest.fixture
-def pytester(pytester: pytest.Pytester) -> pytest.Pytester:
-    """pytest's ``pytester``, whose in-process runs replay the torch probe's real answer for a command and
-    environment already asked in this session (``tests/fakes/replayed_torch.py``): the same answer, without
-    a child importing torch in every run."""
-    pytester.plugins.append(ReplayTorchProbe())
-    return pytester
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """The process that made the session's folder of torch answers removes it when the session ends."""
+    if _OWN_STORE is not None and not hasattr(config, "workerinput"):
+        shutil.rmtree(_OWN_STORE, ignore_errors=True)
 
 SCHEMA_PATH = REPO_ROOT / "preflight" / "report" / "schema.json"
 

@@ -39,7 +39,8 @@ def test_pytest_checks_from_a_checkout_writes_the_report_after_a_non_editable_in
     assert (site / "preflight" / "node" / "__init__.py").is_file()
     # The installed copy first on sys.path (as site-packages would be); cwd is not the checkout, so
     # `python -m pytest` does not put the checkout's preflight/ in front of it.
-    env = {**os.environ, "PYTHONPATH": str(site)}
+    # No test plugin either (PYTEST_PLUGINS, tests/conftest.py): the checkout's tests are not importable there.
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTEST_PLUGINS"}, "PYTHONPATH": str(site)}
     out = tmp_path / "reports"
     run = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", str(REPO_ROOT / "checks"),
                           "-k", "nvml or gpu_count", "-m", "not distributed", f"--preflight-report-dir={out}"],

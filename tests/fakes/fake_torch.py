@@ -14,7 +14,6 @@ output edited): ``version``/``cuda``/``nccl``/``arch_list`` are those of the tor
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from functools import lru_cache
@@ -25,14 +24,17 @@ import pytest
 from preflight.node.torch import CHILD, torch_probe_argv
 from preflight.node.transports import Transports
 from preflight.probe.command import DEFAULT_TIMEOUT_S, CommandResult, CommandRunner, run_command
+from tests.fakes.replayed_torch import replaying
 
 CUDA_ARCHES = ["sm_50", "sm_60", "sm_70", "sm_75", "sm_80", "sm_86", "sm_90"]
 
 
 @lru_cache(maxsize=1)
 def real_answer() -> dict[str, Any]:
-    """The real child's answer on this machine (CPU torch)."""
-    out = subprocess.run(torch_probe_argv(sys.executable), capture_output=True, text=True, timeout=120, check=True)
+    """The real child's answer on this machine (CPU torch), recorded once for the session (``replayed_torch``)."""
+    out = replaying(run_command)(torch_probe_argv(sys.executable), timeout_s=120.0)
+    if not out.ok:
+        raise RuntimeError(f"the torch probe failed on this machine: {out.stderr[-2000:]}")
     return dict(json.loads(out.stdout.strip().splitlines()[-1]))
 
 
