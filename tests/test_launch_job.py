@@ -25,6 +25,7 @@ from preflight.node import Node, cpu_job
 from preflight.node.transports import Transports
 from preflight.report.ownership import LOGS
 from preflight.workers.fsdp import CPU_MIN_TORCH, cpu_ranks_unsupported
+from tests.fakes.replayed_torch import STORE_ENV
 from tests.conftest import REPO_ROOT, validate_report
 from tests.fakes.fake_torch import cuda_answer, torch_runner
 from tests.fakes.nvml import fake_transport
@@ -108,7 +109,10 @@ def test_a_launch_planned_for_gpus_torch_cannot_use_is_stopped_and_the_checks_sa
     """2 GPUs in NVML, a CPU build of torch: the launch planned from NVML starts, then the rehearsal sees
     the job's torch and stops it; the distributed checks skip as they did when the launch waited. (Two GPUs,
     not eight: the same start and stop, without six more ranks importing torch on this 2-core machine.)"""
-    env = {**os.environ, "PYTHONPATH": str(REPO_ROOT)}
+    # The real torch probe, never a replayed answer (tests/fakes/replayed_torch.py): the launch starts because
+    # the child importing torch answers seconds later, and an answer at once would keep it from starting.
+    replay = ("PYTEST_PLUGINS", STORE_ENV)
+    env = {**{k: v for k, v in os.environ.items() if k not in replay}, "PYTHONPATH": str(REPO_ROOT)}
     done = subprocess.run([sys.executable, "-m", "preflight", "--report-dir", str(tmp_path), "-k", "ddp_step", "--",
                            "-p", "tests.fakes.nvml_plugin", "--fake-nvml=2x-l4", "--fake-torch-cpu"],
                           capture_output=True, text=True, env=env, timeout=300)
