@@ -21,13 +21,15 @@ import pytest
 
 from preflight.report.ownership import LOGS, logs_dir
 from tests.conftest import REPO_ROOT, validate_report
+from tests.fakes.replayed_torch import STORE_ENV
 from tests.test_safety_e2e import HOSTILE, _rank_waits_in_the_step
 
 pytestmark = pytest.mark.e2e
 
 
 def _env(run: str, extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_TEST_")}
+    # the test fakes' switches off; the session's recorded torch answers kept (tests/fakes/replayed_torch.py)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_TEST_") or k == STORE_ENV}
     env.update(extra or {})
     env["PREFLIGHT_TEST_RUN"] = run
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))

@@ -27,6 +27,7 @@ from preflight.settings import OPTIONS
 from preflight.report.ownership import LOGS
 from tests.conftest import REPO_ROOT, as_foreground_job, validate_report
 from tests.fakes import planted
+from tests.fakes.replayed_torch import STORE_ENV
 
 pytestmark = pytest.mark.e2e
 
@@ -37,7 +38,8 @@ HOSTILE = ["-p", "tests.fakes.hostile_node", f"--confcutdir={REPO_ROOT / 'tests'
 REPORT_FILES = ("preflight.json", "preflight.html", "preflight.jsonl", "preflight-junit.xml")
 
 def _env(extra: dict[str, str] | None = None) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_TEST_")}
+    # the test fakes' switches off; the session's recorded torch answers kept (tests/fakes/replayed_torch.py)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PREFLIGHT_TEST_") or k == STORE_ENV}
     env.update(extra or {})
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")]))
     return env
